@@ -1,1 +1,7 @@
+//! evolve: a WebAssembly-sandboxed framework for agent-evolution research.
+//!
+//! Operators are WebAssembly components run by [`sandbox`]; the library operators are
+//! embedded in the binary ([`builtin`]).
 
+pub mod builtin;
+pub mod sandbox;

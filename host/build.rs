@@ -1,0 +1,151 @@
+//! Builds every operator component for wasm32-wasip2 and embeds the library ones.
+//!
+//! `cargo build` of the host is the one command that builds everything: this script
+//! runs a nested `cargo build --target wasm32-wasip2 --profile operator` over the
+//! crates under `operators/<stage>/<name>/` (embedded in the `evolve` binary) and
+//! `tests/components/<name>/` (hostile and fixture components the tests load from
+//! disk). The nested build uses the `operator` profile, whose lock directories differ
+//! from the outer build's, so the shared target directory does not deadlock.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+struct Crate {
+    package: String,
+    artifact: String,
+    stage: Option<String>,
+    name: String,
+}
+
+fn main() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+    for dir in ["operators", "tests/components", "sdk-rust", "wit"] {
+        println!("cargo::rerun-if-changed={}", root.join(dir).display());
+    }
+    println!("cargo::rerun-if-env-changed=EVOLVE_SKIP_COMPONENT_BUILD");
+
+    let mut crates = library_crates(&root);
+    let library_count = crates.len();
+    crates.extend(test_crates(&root));
+
+    let target_dir = target_dir(&root);
+    let out_dir = target_dir.join("wasm32-wasip2").join("operator");
+    if std::env::var_os("EVOLVE_SKIP_COMPONENT_BUILD").is_none() {
+        build_components(&root, &target_dir, &crates);
+    }
+
+    let mut src = String::from("/// Operator components built from `operators/` and embedded at compile time.\n");
+    src.push_str("pub static EMBEDDED: &[EmbeddedOperator] = &[\n");
+    for c in &crates[..library_count] {
+        let path = out_dir.join(format!("{}.wasm", c.artifact));
+        writeln!(
+            src,
+            "    EmbeddedOperator {{ stage: {:?}, name: {:?}, bytes: include_bytes!({:?}) }},",
+            c.stage.as_deref().unwrap(),
+            c.name,
+            path.display().to_string()
+        )
+        .unwrap();
+    }
+    src.push_str("];\n");
+    let dest = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("embedded_operators.rs");
+    std::fs::write(dest, src).unwrap();
+    println!("cargo::rustc-env=EVOLVE_TEST_COMPONENTS_DIR={}", out_dir.display());
+}
+
+/// `operators/<stage>/<name>` is package `op-<stage>-<name>` (underscores become dashes).
+fn library_crates(root: &Path) -> Vec<Crate> {
+    let mut out = Vec::new();
+    for stage in sorted_dirs(&root.join("operators")) {
+        let stage_name = file_name(&stage);
+        for op in sorted_dirs(&stage) {
+            if !op.join("Cargo.toml").is_file() {
+                continue;
+            }
+            let name = file_name(&op);
+            let package = format!("op-{stage_name}-{}", name.replace('_', "-"));
+            out.push(Crate {
+                artifact: package.replace('-', "_"),
+                package,
+                stage: Some(stage_name.clone()),
+                name,
+            });
+        }
+    }
+    out
+}
+
+/// `tests/components/<name>` is package `tc-<name>`.
+fn test_crates(root: &Path) -> Vec<Crate> {
+    sorted_dirs(&root.join("tests/components"))
+        .into_iter()
+        .filter(|d| d.join("Cargo.toml").is_file())
+        .map(|d| {
+            let name = file_name(&d);
+            let package = format!("tc-{}", name.replace('_', "-"));
+            Crate { artifact: package.replace('-', "_"), package, stage: None, name }
+        })
+        .collect()
+}
+
+fn build_components(root: &Path, target_dir: &Path, crates: &[Crate]) {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(root)
+        .args(["build", "--target", "wasm32-wasip2", "--profile", "operator"])
+        .arg("--target-dir")
+        .arg(target_dir);
+    for c in crates {
+        cmd.args(["-p", &c.package]);
+    }
+    // The outer build's settings are for the native host; the nested build must not
+    // inherit them (flags, target, wrappers), only the toolchain and the job server.
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy().to_string();
+        let inherited_build_setting = key.starts_with("CARGO_")
+            && key != "CARGO_HOME"
+            && key != "CARGO_MAKEFLAGS"
+            && key != "CARGO_REGISTRIES_CRATES_IO_PROTOCOL"
+            && key != "CARGO_NET_OFFLINE";
+        if inherited_build_setting
+            || matches!(
+                key.as_str(),
+                "RUSTFLAGS" | "RUSTC_WRAPPER" | "RUSTC_WORKSPACE_WRAPPER" | "TARGET" | "HOST"
+                    | "OUT_DIR" | "OPT_LEVEL" | "PROFILE" | "DEBUG" | "NUM_JOBS" | "RUSTDOC"
+                    | "RUSTC" | "RUSTC_LINKER"
+            )
+        {
+            cmd.env_remove(&key);
+        }
+    }
+    let status = cmd.status().unwrap_or_else(|e| {
+        panic!("evolve build: cannot run cargo to build the operator components: {e}")
+    });
+    if !status.success() {
+        panic!(
+            "evolve build: building the operator components for wasm32-wasip2 failed (see the \
+             errors above). If the target is missing, run `rustup target add wasm32-wasip2`."
+        );
+    }
+}
+
+fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map(|p| if p.is_absolute() { p } else { root.join(p) })
+        .unwrap_or_else(|| root.join("target"))
+}
+
+fn sorted_dirs(dir: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = match std::fs::read_dir(dir) {
+        Ok(entries) => entries.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_dir()).collect(),
+        Err(_) => Vec::new(),
+    };
+    dirs.sort();
+    dirs
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name().unwrap().to_string_lossy().to_string()
+}

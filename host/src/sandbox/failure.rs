@@ -1,0 +1,150 @@
+//! Every way an operator call can fail, as one typed value.
+
+use super::contract::ContractError;
+use std::fmt;
+use std::time::Duration;
+
+/// Why an operator could not be loaded for a stage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadError {
+    /// What was being loaded: a path in a checkout, or `builtin:<stage>/<name>`.
+    pub origin: String,
+    pub kind: LoadErrorKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoadErrorKind {
+    /// The file could not be read safely inside the checkout.
+    Unreadable(String),
+    /// It is not a component that fits the stage's world.
+    Contract(ContractError),
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            LoadErrorKind::Unreadable(why) => write!(f, "operator {}: cannot be read: {why}", self.origin),
+            LoadErrorKind::Contract(e) => write!(f, "operator {} {e}", self.origin),
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+/// How a call that started went wrong.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OperatorFailure {
+    /// The operator returned an error through its interface.
+    Reported(String),
+    /// The guest trapped; `panic` is the guest's panic message when it printed one.
+    Trap { trap: String, panic: Option<String> },
+    /// It ran past its deadline (in wasm code, or blocked in a host call).
+    Timeout { limit: Duration, in_host_call: bool },
+    /// It tried to grow its memory past the cap.
+    OutOfMemory { limit: usize },
+    StackOverflow,
+    /// It used up its fuel (instruction budget).
+    OutOfFuel,
+    /// It returned something the contract does not allow.
+    MalformedResult(String),
+    /// It loaded but does not behave as the contract says (e.g. describes another stage).
+    ContractMismatch(String),
+    /// The host could not set the call up (e.g. a granted directory is missing).
+    Host(String),
+}
+
+impl OperatorFailure {
+    /// A stable snake_case name for archives and JSON output.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            OperatorFailure::Reported(_) => "reported_error",
+            OperatorFailure::Trap { .. } => "trap",
+            OperatorFailure::Timeout { .. } => "timeout",
+            OperatorFailure::OutOfMemory { .. } => "out_of_memory",
+            OperatorFailure::StackOverflow => "stack_overflow",
+            OperatorFailure::OutOfFuel => "out_of_fuel",
+            OperatorFailure::MalformedResult(_) => "malformed_result",
+            OperatorFailure::ContractMismatch(_) => "contract_mismatch",
+            OperatorFailure::Host(_) => "host_error",
+        }
+    }
+}
+
+impl fmt::Display for OperatorFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OperatorFailure::Reported(m) => write!(f, "the operator reported an error: {m}"),
+            OperatorFailure::Trap { trap, panic: Some(p) } => write!(f, "the operator panicked: {p} ({trap})"),
+            OperatorFailure::Trap { trap, panic: None } => write!(f, "the operator trapped: {trap}"),
+            OperatorFailure::Timeout { limit, in_host_call } => write!(
+                f,
+                "the operator ran past its {:.1} s deadline{}",
+                limit.as_secs_f64(),
+                if *in_host_call { " (while blocked in a host call)" } else { "" }
+            ),
+            OperatorFailure::OutOfMemory { limit } => {
+                write!(f, "the operator exceeded its memory cap of {} MiB", limit >> 20)
+            }
+            OperatorFailure::StackOverflow => write!(f, "the operator overflowed its stack"),
+            OperatorFailure::OutOfFuel => write!(f, "the operator used up its fuel"),
+            OperatorFailure::MalformedResult(m) => write!(f, "the operator returned a malformed result: {m}"),
+            OperatorFailure::ContractMismatch(m) => write!(f, "the operator breaks the contract: {m}"),
+            OperatorFailure::Host(m) => write!(f, "the host could not run the operator: {m}"),
+        }
+    }
+}
+
+/// Turn a wasmtime error from instantiate/call into a typed failure.
+pub(crate) fn classify(
+    err: &wasmtime::Error,
+    memory_refused: bool,
+    memory_cap: usize,
+    timeout: Duration,
+    stderr: &[u8],
+) -> OperatorFailure {
+    use wasmtime::Trap;
+    let trap = err.downcast_ref::<Trap>();
+    match trap {
+        Some(Trap::Interrupt) => return OperatorFailure::Timeout { limit: timeout, in_host_call: false },
+        Some(Trap::OutOfFuel) => return OperatorFailure::OutOfFuel,
+        Some(Trap::StackOverflow) => return OperatorFailure::StackOverflow,
+        _ => {}
+    }
+    // A Rust guest whose allocation is refused aborts (an `unreachable` trap) after
+    // printing "memory allocation of N bytes failed"; the limiter's flag says why.
+    if memory_refused {
+        return OperatorFailure::OutOfMemory { limit: memory_cap };
+    }
+    match trap {
+        Some(t) => OperatorFailure::Trap { trap: t.to_string(), panic: panic_message(stderr) },
+        None => OperatorFailure::Trap { trap: format!("{err:#}"), panic: panic_message(stderr) },
+    }
+}
+
+/// The message of a Rust panic as the default hook prints it:
+/// `thread '<unnamed>' panicked at src/lib.rs:10:5:\n<message>\nnote: ...`.
+pub fn panic_message(stderr: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(stderr);
+    let start = text.find("panicked at ")?;
+    let after = &text[start..];
+    let body = after.split_once('\n').map(|(_, rest)| rest)?;
+    let msg: Vec<&str> = body.lines().take_while(|l| !l.starts_with("note: ")).collect();
+    let msg = msg.join("\n").trim().to_string();
+    let location = after.lines().next().unwrap_or("").trim_start_matches("panicked at ").trim_end_matches(':');
+    Some(if location.is_empty() { msg } else { format!("{msg} (at {location})") })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn panic_message_is_extracted_with_location() {
+        let stderr = b"\nthread '<unnamed>' (1) panicked at src/lib.rs:60:24:\nguest panicked on purpose\nnote: run with `RUST_BACKTRACE=1`\n";
+        assert_eq!(
+            panic_message(stderr).as_deref(),
+            Some("guest panicked on purpose (at src/lib.rs:60:24)")
+        );
+        assert_eq!(panic_message(b"just logging\n"), None);
+    }
+}

@@ -1,0 +1,333 @@
+//! The sandboxed component runtime: loads an operator component for a stage and runs
+//! one call with exactly the grants and limits the contract gives that stage.
+//!
+//! * `contract` — does a component fit the stage's world?
+//! * `cache` — compile cache keyed by the SHA-256 of the component bytes.
+//! * `policy` — grants (WASI preopens) and limits of a call.
+//! * `state` — the per-call store: WASI context, capabilities, memory limiter.
+//! * `capabilities` — the `model` and `tasks` host interfaces.
+//! * `io`, `results` — stage inputs/outputs and the host's checks on outputs.
+//! * `failure` — typed failures.
+//!
+//! A fresh store and instance serve each call, so nothing survives between calls.
+
+mod bindings;
+mod cache;
+mod capabilities;
+mod contract;
+mod failure;
+mod io;
+mod output;
+mod policy;
+mod results;
+mod state;
+
+pub use bindings::stage::meta::Description;
+pub use bindings::{model, tasks, types};
+pub use cache::{CacheSource, ComponentDigest, default_cache_dir, hex};
+pub use capabilities::{BoxFuture, Capabilities, ModelBackend, NoModel, NoTasks, TaskBackend};
+pub use contract::{ALL_STAGES, ContractError, granted_capabilities, parse_stage, stage_name};
+pub use failure::{LoadError, LoadErrorKind, OperatorFailure, panic_message};
+pub use io::{StageInput, StageOutput};
+pub use output::CapturedOutput;
+pub use policy::{GrantRequest, Grants, Limits};
+pub use results::relative_path;
+
+use bindings::stage;
+use cache::CompileCache;
+use state::CallState;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use types::Stage;
+use wasmtime::component::{InstancePre, Linker};
+use wasmtime::{Config, Engine};
+
+/// How often the epoch ticks; deadlines are rounded up to it.
+const TICK: Duration = Duration::from_millis(10);
+
+/// Settings of a [`Sandbox`].
+#[derive(Debug, Clone, Default)]
+pub struct SandboxConfig {
+    /// Persist compiled components here (host-owned, never inside a workspace).
+    pub cache_dir: Option<std::path::PathBuf>,
+    /// Compile with fuel metering so [`Limits::fuel`] can be enforced.
+    pub fuel: bool,
+}
+
+/// One engine, its linkers and its compile cache, shared by every call.
+pub struct Sandbox {
+    engine: Engine,
+    cache: CompileCache,
+    fuel: bool,
+    linkers: [OnceLock<Result<Linker<CallState>, String>>; 9],
+}
+
+/// A component checked against a stage's world and ready to instantiate.
+pub struct LoadedOperator {
+    pub stage: Stage,
+    /// Where it came from (a path relative to its checkout, or `builtin:stage/name`).
+    pub origin: String,
+    /// SHA-256 of the component bytes: the operator's identity for this call.
+    pub digest: ComponentDigest,
+    pub cache: CacheSource,
+    pre: InstancePre<CallState>,
+}
+
+/// What one call produced: the outcome plus everything the operator printed.
+#[derive(Debug)]
+pub struct CallReport {
+    pub outcome: Result<StageOutput, OperatorFailure>,
+    pub stdout: CapturedOutput,
+    pub stderr: CapturedOutput,
+    pub elapsed: Duration,
+    pub fuel_consumed: Option<u64>,
+}
+
+impl Sandbox {
+    pub fn new(config: SandboxConfig) -> wasmtime::Result<Arc<Sandbox>> {
+        let mut cfg = Config::new();
+        cfg.epoch_interruption(true);
+        cfg.consume_fuel(config.fuel);
+        cfg.max_wasm_stack(512 << 10);
+        let engine = Engine::new(&cfg)?;
+        start_epoch_ticker(&engine);
+        let cache = match &config.cache_dir {
+            Some(dir) => CompileCache::with_disk(&engine, dir).map_err(|e| {
+                wasmtime::format_err!("cannot use compile cache {}: {e}", dir.display())
+            })?,
+            None => CompileCache::memory_only(),
+        };
+        Ok(Arc::new(Sandbox { engine, cache, fuel: config.fuel, linkers: Default::default() }))
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Forget compiled components held in memory (the disk cache stays).
+    pub fn clear_memory_cache(&self) {
+        self.cache.clear_memory();
+    }
+
+    /// Load the operator at `relative` inside `checkout` for `stage`. The path must stay
+    /// inside the checkout: `..`, absolute paths and symlinks leading out are refused.
+    pub fn load_from_checkout(&self, stage: Stage, checkout: &Path, relative: &str) -> Result<LoadedOperator, LoadError> {
+        let origin = relative.to_string();
+        let unreadable = |why: String| LoadError { origin: origin.clone(), kind: LoadErrorKind::Unreadable(why) };
+        relative_path("operator", relative).map_err(unreadable)?;
+        let dir = cap_std::fs::Dir::open_ambient_dir(checkout, cap_std::ambient_authority())
+            .map_err(|e| unreadable(format!("cannot open checkout {}: {e}", checkout.display())))?;
+        let meta = dir.symlink_metadata(relative).map_err(|e| unreadable(e.to_string()))?;
+        if !meta.is_file() {
+            return Err(unreadable("not a regular file (symlinks are not followed)".into()));
+        }
+        if meta.len() > MAX_COMPONENT_BYTES {
+            return Err(unreadable(format!("{} bytes is over the {} MiB limit", meta.len(), MAX_COMPONENT_BYTES >> 20)));
+        }
+        let bytes = dir.read(relative).map_err(|e| unreadable(e.to_string()))?;
+        self.load_bytes(stage, &bytes, origin)
+    }
+
+    /// Load a component from bytes (e.g. an embedded library operator).
+    pub fn load_bytes(&self, stage: Stage, bytes: &[u8], origin: String) -> Result<LoadedOperator, LoadError> {
+        let fail = |kind| LoadError { origin: origin.clone(), kind };
+        contract::check_header(bytes).map_err(|e| fail(LoadErrorKind::Contract(e)))?;
+        let digest = cache::digest(bytes);
+        let (component, source) = self
+            .cache
+            .get_or_compile(&self.engine, &digest, bytes)
+            .map_err(|e| fail(LoadErrorKind::Contract(ContractError::Invalid(format!("{e:#}")))))?;
+        contract::check_world(&self.engine, &component, stage).map_err(|e| fail(LoadErrorKind::Contract(e)))?;
+        let linker = self.linker(stage).map_err(|e| fail(LoadErrorKind::Unreadable(e)))?;
+        let pre = linker
+            .instantiate_pre(&component)
+            .map_err(|e| fail(LoadErrorKind::Contract(ContractError::Invalid(format!("{e:#}")))))?;
+        Ok(LoadedOperator { stage, origin, digest, cache: source, pre })
+    }
+
+    /// Run one call. Never panics on anything the operator does.
+    pub async fn call(
+        &self,
+        op: &LoadedOperator,
+        grants: &Grants,
+        limits: &Limits,
+        capabilities: Capabilities,
+        input: StageInput,
+    ) -> CallReport {
+        let started = Instant::now();
+        if let Some(stage) = input.stage().filter(|s| *s != op.stage) {
+            let msg = format!("a {} input was sent to a {} operator", stage_name(stage), stage_name(op.stage));
+            return CallReport::failed(OperatorFailure::Host(msg), started);
+        }
+        let ticks = limits.timeout.as_millis().div_ceil(TICK.as_millis()).max(1) as u64 + 1;
+        let (mut store, streams) = match state::new_store(&self.engine, grants, limits, capabilities, ticks) {
+            Ok(s) => s,
+            Err(e) => return CallReport::failed(OperatorFailure::Host(e.to_string()), started),
+        };
+        let fut = invoke(op, &mut store, input);
+        let timed = tokio::time::timeout(limits.timeout + TICK * 2, fut).await;
+        let stderr = streams.stderr.take();
+        let outcome = match timed {
+            Err(_) => Err(OperatorFailure::Timeout { limit: limits.timeout, in_host_call: true }),
+            Ok(Ok(Ok(out))) => check_size(out, limits.result_bytes),
+            Ok(Ok(Err(contract_msg))) => Err(contract_msg),
+            Ok(Err(err)) => Err(failure::classify(
+                &err,
+                store.data().limiter.refused,
+                limits.memory_bytes,
+                limits.timeout,
+                &stderr.bytes,
+            )),
+        };
+        let fuel_consumed = match (self.fuel, limits.fuel) {
+            (true, Some(initial)) => store.get_fuel().ok().map(|left| initial.saturating_sub(left)),
+            _ => None,
+        };
+        CallReport { outcome, stdout: streams.stdout.take(), stderr, elapsed: started.elapsed(), fuel_consumed }
+    }
+
+    fn linker(&self, stage: Stage) -> Result<&Linker<CallState>, String> {
+        let slot = &self.linkers[stage as usize];
+        slot.get_or_init(|| build_linker(&self.engine, stage).map_err(|e| format!("{e:#}")))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+}
+
+/// Largest component file accepted from a checkout.
+const MAX_COMPONENT_BYTES: u64 = 64 << 20;
+
+impl CallReport {
+    fn failed(f: OperatorFailure, started: Instant) -> CallReport {
+        CallReport {
+            outcome: Err(f),
+            stdout: CapturedOutput::default(),
+            stderr: CapturedOutput::default(),
+            elapsed: started.elapsed(),
+            fuel_consumed: None,
+        }
+    }
+
+    /// Write stdout/stderr to `<dir>/<stem>.stdout.log` and `.stderr.log`, noting
+    /// truncation at the end of each file.
+    pub fn write_logs(&self, dir: &Path, stem: &str) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        for (ext, out) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
+            let mut bytes = out.bytes.clone();
+            if out.dropped > 0 {
+                bytes.extend_from_slice(format!("\n[evolve: {} more bytes dropped]\n", out.dropped).as_bytes());
+            }
+            std::fs::write(dir.join(format!("{stem}.{ext}.log")), bytes)?;
+        }
+        Ok(())
+    }
+}
+
+fn check_size(out: StageOutput, cap: usize) -> Result<StageOutput, OperatorFailure> {
+    let n = results::size(&out);
+    if n > cap {
+        return Err(OperatorFailure::MalformedResult(format!("the result is {n} bytes; the limit is {cap}")));
+    }
+    Ok(out)
+}
+
+/// WASI plus exactly the capabilities the stage's world imports.
+fn build_linker(engine: &Engine, stage: Stage) -> wasmtime::Result<Linker<CallState>> {
+    let mut linker: Linker<CallState> = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    struct Caps;
+    impl wasmtime::component::HasData for Caps {
+        type Data<'a> = &'a mut Capabilities;
+    }
+    for cap in granted_capabilities(stage) {
+        match *cap {
+            "model" => model::add_to_linker::<_, Caps>(&mut linker, |s| &mut s.capabilities)?,
+            "tasks" => tasks::add_to_linker::<_, Caps>(&mut linker, |s| &mut s.capabilities)?,
+            _ => unreachable!("granted_capabilities names only model and tasks"),
+        }
+    }
+    Ok(linker)
+}
+
+/// One global ticker per engine advances the epoch; it stops when the engine is dropped.
+fn start_epoch_ticker(engine: &Engine) {
+    let weak = engine.weak();
+    std::thread::Builder::new()
+        .name("evolve-epoch".into())
+        .spawn(move || {
+            while let Some(engine) = weak.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(TICK);
+            }
+        })
+        .expect("spawning the epoch ticker thread");
+}
+
+/// Instantiate and call. The outer `Result` carries wasmtime errors (traps); the inner
+/// one a contract violation found in the returned value.
+async fn invoke(
+    op: &LoadedOperator,
+    store: &mut wasmtime::Store<CallState>,
+    input: StageInput,
+) -> wasmtime::Result<Result<StageOutput, OperatorFailure>> {
+    let instance = op.pre.instantiate_async(&mut *store).await?;
+    let malformed = |r: Result<StageOutput, String>| r.map_err(OperatorFailure::MalformedResult);
+    let reported = |r: Result<Result<StageOutput, String>, String>| match r {
+        Ok(checked) => malformed(checked),
+        Err(msg) => Err(OperatorFailure::Reported(msg)),
+    };
+    macro_rules! stage_guest {
+        ($iface:ident) => {
+            stage::$iface::GuestIndices::new(&op.pre)?.load(&mut *store, &instance)?
+        };
+    }
+    Ok(match input {
+        StageInput::Describe => {
+            let meta = stage_guest!(meta);
+            let d = meta.call_describe(&mut *store).await?;
+            results::check_description(d, op.stage).map_err(OperatorFailure::ContractMismatch)
+        }
+        StageInput::NormalizeConfig(raw) => {
+            let meta = stage_guest!(meta);
+            malformed(results::check_normalized(meta.call_normalize_config(&mut *store, &raw).await?))
+        }
+        StageInput::Select { ctx, archive } => {
+            let g = stage_guest!(select);
+            reported(g.call_select(&mut *store, &ctx, &archive).await?.map(results::check_parents))
+        }
+        StageInput::Rollout { ctx, parent } => {
+            let g = stage_guest!(rollout);
+            reported(g.call_rollout(&mut *store, &ctx, &parent).await?.map(results::check_evidence))
+        }
+        StageInput::Analyze { ctx, rollout } => {
+            let g = stage_guest!(analyze);
+            reported(g.call_analyze(&mut *store, &ctx, &rollout).await?.map(results::check_evidence))
+        }
+        StageInput::Mutate { ctx, observation } => {
+            let g = stage_guest!(mutate);
+            reported(g.call_mutate(&mut *store, &ctx, &observation).await?.map(results::check_proposal))
+        }
+        StageInput::Validate { ctx, changed } => {
+            let g = stage_guest!(validate);
+            reported(g.call_validate(&mut *store, &ctx, &changed).await?.map(results::check_validation))
+        }
+        StageInput::Novelty { ctx, diff } => {
+            let g = stage_guest!(novelty);
+            reported(g.call_assess(&mut *store, &ctx, &diff).await?.map(results::check_novelty))
+        }
+        StageInput::Gate { ctx, child, parent } => {
+            let g = stage_guest!(gate);
+            reported(g.call_decide(&mut *store, &ctx, &child, parent.as_ref()).await?.map(results::check_gate))
+        }
+        StageInput::Record { ctx, child } => {
+            let g = stage_guest!(record);
+            reported(g.call_annotate(&mut *store, &ctx, &child).await?.map(results::check_annotations))
+        }
+        StageInput::Reflect { ctx, archive, playbook } => {
+            let g = stage_guest!(reflect);
+            reported(g.call_reflect(&mut *store, &ctx, &archive, &playbook).await?.map(results::check_playbook))
+        }
+    })
+}

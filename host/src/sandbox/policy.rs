@@ -1,0 +1,136 @@
+//! What one call is granted (directories) and allowed (memory, time, output).
+
+use super::bindings::types::Stage;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The directories an operator call sees, as WASI preopens. Built only through
+/// [`Grants::for_stage`], so the rules of the contract live in one place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grants {
+    pub(crate) preopens: Vec<Preopen>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Preopen {
+    pub host: PathBuf,
+    pub guest: &'static str,
+    pub writable: bool,
+}
+
+/// Where a stage's candidate and per-call directories are.
+#[derive(Debug, Clone)]
+pub struct GrantRequest<'a> {
+    /// The checkout the stage runs on (its `target/` and `operators/` are granted).
+    pub checkout: &'a Path,
+    /// Whether the recipe's surface includes `operators/**`.
+    pub operators_in_surface: bool,
+    /// A fresh, empty directory for this call only.
+    pub scratch: &'a Path,
+    /// Mutate's feedback bundle, when one was assembled.
+    pub feedback: Option<&'a Path>,
+}
+
+impl Grants {
+    /// The contract's grants for `stage`:
+    /// `/target` (read-write for mutate only), `/operators` only when the surface
+    /// includes it (read-write for mutate only), `/scratch` read-write, and for mutate
+    /// `/feedback` read-only. Nothing else.
+    pub fn for_stage(stage: Stage, req: &GrantRequest<'_>) -> Grants {
+        let mutate = stage == Stage::Mutate;
+        let mut preopens = vec![Preopen {
+            host: req.checkout.join("target"),
+            guest: "/target",
+            writable: mutate,
+        }];
+        if req.operators_in_surface {
+            preopens.push(Preopen {
+                host: req.checkout.join("operators"),
+                guest: "/operators",
+                writable: mutate,
+            });
+        }
+        preopens.push(Preopen { host: req.scratch.to_path_buf(), guest: "/scratch", writable: true });
+        if let (true, Some(feedback)) = (mutate, req.feedback) {
+            preopens.push(Preopen { host: feedback.to_path_buf(), guest: "/feedback", writable: false });
+        }
+        Grants { preopens }
+    }
+
+    /// Only a scratch directory: for `describe` and `normalize-config`, which must not
+    /// depend on any candidate.
+    pub fn scratch_only(scratch: &Path) -> Grants {
+        Grants {
+            preopens: vec![Preopen { host: scratch.to_path_buf(), guest: "/scratch", writable: true }],
+        }
+    }
+
+    /// (guest path, host path, writable) for documentation and logs.
+    pub fn describe(&self) -> Vec<(String, PathBuf, bool)> {
+        self.preopens.iter().map(|p| (p.guest.to_string(), p.host.clone(), p.writable)).collect()
+    }
+}
+
+/// Resource limits of one call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    /// Total linear memory across the component's memories.
+    pub memory_bytes: usize,
+    /// Wall-clock deadline, enforced both inside wasm (epochs) and around host calls.
+    pub timeout: Duration,
+    /// Optional instruction budget (wasmtime fuel).
+    pub fuel: Option<u64>,
+    /// Bytes kept of stdout and of stderr each; the rest is dropped and counted.
+    pub log_bytes: usize,
+    /// Largest result the host accepts, in bytes of strings and list items.
+    pub result_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            memory_bytes: 256 << 20,
+            timeout: Duration::from_secs(600),
+            fuel: None,
+            log_bytes: 256 << 10,
+            result_bytes: 8 << 20,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req<'a>(ops: bool, feedback: Option<&'a Path>) -> GrantRequest<'a> {
+        GrantRequest {
+            checkout: Path::new("/w/c"),
+            operators_in_surface: ops,
+            scratch: Path::new("/w/s"),
+            feedback,
+        }
+    }
+
+    #[test]
+    fn only_mutate_writes_and_sees_feedback() {
+        let fb = Path::new("/w/fb");
+        let m = Grants::for_stage(Stage::Mutate, &req(true, Some(fb))).describe();
+        assert_eq!(
+            m,
+            vec![
+                ("/target".into(), "/w/c/target".into(), true),
+                ("/operators".into(), "/w/c/operators".into(), true),
+                ("/scratch".into(), "/w/s".into(), true),
+                ("/feedback".into(), "/w/fb".into(), false),
+            ]
+        );
+        let v = Grants::for_stage(Stage::Validate, &req(false, Some(fb))).describe();
+        assert_eq!(
+            v,
+            vec![
+                ("/target".into(), "/w/c/target".into(), false),
+                ("/scratch".into(), "/w/s".into(), true),
+            ]
+        );
+    }
+}

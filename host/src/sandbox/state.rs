@@ -1,0 +1,100 @@
+//! The per-call store: a fresh WASI context with exactly the call's grants, the
+//! capabilities its world imports, and a memory limiter.
+
+use super::capabilities::Capabilities;
+use super::output::CappedOutput;
+use super::policy::{Grants, Limits};
+use wasmtime::component::ResourceTable;
+use wasmtime::{ResourceLimiter, Store};
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+pub struct CallState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(crate) limiter: MemoryLimiter,
+    pub(crate) capabilities: Capabilities,
+}
+
+impl WasiView for CallState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+/// Caps the *sum* of all linear memories (wasmtime's own limit is per memory), and
+/// remembers that it refused, so the resulting trap is reported as out-of-memory.
+pub struct MemoryLimiter {
+    cap: usize,
+    total: usize,
+    pub(crate) refused: bool,
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(&mut self, current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        let total = self.total - current.min(self.total) + desired;
+        if total > self.cap {
+            self.refused = true;
+            return Ok(false);
+        }
+        self.total = total;
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= 1 << 20)
+    }
+
+    fn instances(&self) -> usize {
+        64
+    }
+    fn tables(&self) -> usize {
+        64
+    }
+    fn memories(&self) -> usize {
+        16
+    }
+}
+
+pub(crate) struct Streams {
+    pub stdout: CappedOutput,
+    pub stderr: CappedOutput,
+}
+
+/// Build the store for one call. Environment and arguments stay empty; sockets and name
+/// lookup are refused; the only directories are the grants.
+pub(crate) fn new_store(
+    engine: &wasmtime::Engine,
+    grants: &Grants,
+    limits: &Limits,
+    capabilities: Capabilities,
+    epoch_ticks: u64,
+) -> std::io::Result<(Store<CallState>, Streams)> {
+    let streams = Streams { stdout: CappedOutput::new(limits.log_bytes), stderr: CappedOutput::new(limits.log_bytes) };
+    let mut b = WasiCtxBuilder::new();
+    b.stdout(streams.stdout.clone())
+        .stderr(streams.stderr.clone())
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .socket_addr_check(|_, _| Box::pin(async { false }));
+    for p in &grants.preopens {
+        let perms = if p.writable { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
+        b.preopened_dir(&p.host, p.guest, perms).map_err(|e| {
+            std::io::Error::other(format!("cannot grant {} as {}: {e:#}", p.host.display(), p.guest))
+        })?;
+    }
+    let state = CallState {
+        wasi: b.build(),
+        table: ResourceTable::new(),
+        limiter: MemoryLimiter { cap: limits.memory_bytes, total: 0, refused: false },
+        capabilities,
+    };
+    let mut store = Store::new(engine, state);
+    store.limiter(|s| &mut s.limiter);
+    store.set_epoch_deadline(epoch_ticks);
+    store.epoch_deadline_trap();
+    if let Some(fuel) = limits.fuel {
+        store.set_fuel(fuel).map_err(|e| std::io::Error::other(format!("{e:#}")))?;
+    }
+    Ok((store, streams))
+}
