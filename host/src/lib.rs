@@ -4,4 +4,5 @@
 //! embedded in the binary ([`builtin`]).
 
 pub mod builtin;
+pub mod cli;
 pub mod sandbox;

@@ -130,6 +130,13 @@ pub fn check_world(engine: &Engine, component: &Component, stage: Stage) -> Resu
     Ok(())
 }
 
+/// The stages whose interface a component exports (normally exactly one).
+pub fn exported_stages(engine: &Engine, component: &Component) -> Vec<Stage> {
+    let exports: Vec<String> =
+        component.component_type().exports(engine).map(|(name, _)| name.to_string()).collect();
+    ALL_STAGES.into_iter().filter(|s| exports.contains(&interface(stage_name(*s)))).collect()
+}
+
 fn check_exports(exports: &[String], stage: Stage) -> Result<(), ContractError> {
     if let Some(other) = exports
         .iter()

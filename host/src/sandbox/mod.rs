@@ -146,6 +146,28 @@ impl Sandbox {
         Ok(LoadedOperator { stage, origin, digest, cache: source, pre })
     }
 
+    /// Load a component file for whichever stage it exports (for author tooling).
+    pub fn load_file_any_stage(&self, path: &Path) -> Result<LoadedOperator, LoadError> {
+        let origin = path.display().to_string();
+        let fail = |kind| LoadError { origin: origin.clone(), kind };
+        let bytes = std::fs::read(path).map_err(|e| fail(LoadErrorKind::Unreadable(e.to_string())))?;
+        contract::check_header(&bytes).map_err(|e| fail(LoadErrorKind::Contract(e)))?;
+        let digest = cache::digest(&bytes);
+        let (component, _) = self
+            .cache
+            .get_or_compile(&self.engine, &digest, &bytes)
+            .map_err(|e| fail(LoadErrorKind::Contract(ContractError::Invalid(format!("{e:#}")))))?;
+        let stages = contract::exported_stages(&self.engine, &component);
+        let stage = match stages.as_slice() {
+            [one] => *one,
+            _ => {
+                let exported = stages.iter().map(|s| format!("`{}`", stage_name(*s))).collect();
+                return Err(fail(LoadErrorKind::Contract(ContractError::WrongWorld { exported })));
+            }
+        };
+        self.load_bytes(stage, &bytes, origin)
+    }
+
     /// Run one call. Never panics on anything the operator does.
     pub async fn call(
         &self,
