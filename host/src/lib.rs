@@ -5,4 +5,5 @@
 
 pub mod builtin;
 pub mod cli;
+pub mod safe_tree;
 pub mod sandbox;

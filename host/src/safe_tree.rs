@@ -1,0 +1,303 @@
+//! Reading what an operator left behind, as hostile input.
+//!
+//! A read-write guest can plant symlinks that point outside its grants (it cannot follow
+//! them itself, but a careless host would), write huge files, and use odd names. Every
+//! host-side read of an operator-written tree goes through this module:
+//!
+//! * all access is through a cap-std directory handle, so no path can resolve outside
+//!   the tree, and symlinks are reported, never followed;
+//! * sizes and entry counts are bounded, and a bound that is hit is an error naming it;
+//! * names that are not UTF-8 or contain control characters are reported as such.
+
+use cap_std::ambient_authority;
+use cap_std::fs::Dir;
+use std::fmt;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// Bounds on one walk or copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TreeLimits {
+    pub max_entries: usize,
+    pub max_file_bytes: u64,
+    pub max_total_bytes: u64,
+    pub max_depth: usize,
+}
+
+impl Default for TreeLimits {
+    fn default() -> Self {
+        TreeLimits { max_entries: 100_000, max_file_bytes: 64 << 20, max_total_bytes: 1 << 30, max_depth: 64 }
+    }
+}
+
+/// One entry of an operator-written tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Path relative to the tree root, `/`-separated.
+    pub path: String,
+    pub kind: EntryKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryKind {
+    File { len: u64, executable: bool },
+    Dir,
+    /// A symlink and its target text (never resolved).
+    Symlink { target: String },
+    /// Sockets, FIFOs, devices.
+    Special,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TreeError {
+    Io { path: String, message: String },
+    OddName { parent: String },
+    TooMany { limit: usize },
+    TooBig { path: String, len: u64, limit: u64 },
+    TotalTooBig { limit: u64 },
+    TooDeep { path: String },
+    NotAFile { path: String, found: &'static str },
+    BadPath { path: String },
+}
+
+impl fmt::Display for TreeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TreeError::Io { path, message } => write!(f, "{path}: {message}"),
+            TreeError::OddName { parent } => {
+                write!(f, "{parent}: holds a name that is not UTF-8 or contains control characters")
+            }
+            TreeError::TooMany { limit } => write!(f, "more than {limit} entries"),
+            TreeError::TooBig { path, len, limit } => write!(f, "{path}: {len} bytes is over the {limit}-byte limit"),
+            TreeError::TotalTooBig { limit } => write!(f, "more than {limit} bytes in all"),
+            TreeError::TooDeep { path } => write!(f, "{path}: nested too deeply"),
+            TreeError::NotAFile { path, found } => write!(f, "{path}: is a {found}, not a regular file"),
+            TreeError::BadPath { path } => write!(f, "{path:?}: not a relative path inside the tree"),
+        }
+    }
+}
+
+impl std::error::Error for TreeError {}
+
+fn io_err(path: &str, e: std::io::Error) -> TreeError {
+    TreeError::Io { path: if path.is_empty() { ".".into() } else { path.to_string() }, message: e.to_string() }
+}
+
+/// Open `root` as a capability handle.
+pub fn open(root: &Path) -> Result<Dir, TreeError> {
+    Dir::open_ambient_dir(root, ambient_authority()).map_err(|e| io_err(&root.display().to_string(), e))
+}
+
+/// List every entry under `root`, depth first in name order, without following links.
+pub fn walk(root: &Path, limits: TreeLimits) -> Result<Vec<Entry>, TreeError> {
+    let dir = open(root)?;
+    let mut out = Vec::new();
+    walk_dir(&dir, "", 0, limits, &mut out)?;
+    Ok(out)
+}
+
+fn walk_dir(dir: &Dir, prefix: &str, depth: usize, limits: TreeLimits, out: &mut Vec<Entry>) -> Result<(), TreeError> {
+    if depth > limits.max_depth {
+        return Err(TreeError::TooDeep { path: prefix.to_string() });
+    }
+    let mut names = Vec::new();
+    for entry in dir.entries().map_err(|e| io_err(prefix, e))? {
+        let entry = entry.map_err(|e| io_err(prefix, e))?;
+        let name = entry.file_name().into_string().map_err(|_| TreeError::OddName { parent: display(prefix) })?;
+        if name.chars().any(char::is_control) {
+            return Err(TreeError::OddName { parent: display(prefix) });
+        }
+        names.push(name);
+    }
+    names.sort();
+    for name in names {
+        if out.len() >= limits.max_entries {
+            return Err(TreeError::TooMany { limit: limits.max_entries });
+        }
+        let path = if prefix.is_empty() { name.clone() } else { format!("{prefix}/{name}") };
+        let meta = dir.symlink_metadata(&name).map_err(|e| io_err(&path, e))?;
+        let ft = meta.file_type();
+        let kind = if ft.is_symlink() {
+            let target = dir.read_link_contents(&name).map_err(|e| io_err(&path, e))?;
+            EntryKind::Symlink { target: target.to_string_lossy().to_string() }
+        } else if ft.is_dir() {
+            EntryKind::Dir
+        } else if ft.is_file() {
+            use cap_std::fs::PermissionsExt;
+            EntryKind::File { len: meta.len(), executable: meta.permissions().mode() & 0o111 != 0 }
+        } else {
+            EntryKind::Special
+        };
+        let is_dir = kind == EntryKind::Dir;
+        out.push(Entry { path: path.clone(), kind });
+        if is_dir {
+            let sub = dir.open_dir(&name).map_err(|e| io_err(&path, e))?;
+            walk_dir(&sub, &path, depth + 1, limits, out)?;
+        }
+    }
+    Ok(())
+}
+
+fn display(prefix: &str) -> String {
+    if prefix.is_empty() { ".".into() } else { prefix.to_string() }
+}
+
+/// Read one regular file at `relative` under `root`, refusing symlinks (at any
+/// component), special files and files over `max_bytes`.
+pub fn read_file(root: &Path, relative: &str, max_bytes: u64) -> Result<Vec<u8>, TreeError> {
+    let dir = open(root)?;
+    read_in(&dir, relative, max_bytes)
+}
+
+fn read_in(dir: &Dir, relative: &str, max_bytes: u64) -> Result<Vec<u8>, TreeError> {
+    let (parent, name) = split_checked(relative)?;
+    let parent_dir = open_parents(dir, &parent, relative)?;
+    let meta = parent_dir.symlink_metadata(&name).map_err(|e| io_err(relative, e))?;
+    let ft = meta.file_type();
+    if !ft.is_file() {
+        let found = if ft.is_symlink() { "symlink" } else if ft.is_dir() { "directory" } else { "special file" };
+        return Err(TreeError::NotAFile { path: relative.to_string(), found });
+    }
+    if meta.len() > max_bytes {
+        return Err(TreeError::TooBig { path: relative.to_string(), len: meta.len(), limit: max_bytes });
+    }
+    let mut opts = cap_std::fs::OpenOptions::new();
+    opts.read(true);
+    {
+        use cap_std::fs::OpenOptionsExt;
+        // O_NOFOLLOW: the entry was a regular file a moment ago; if it was swapped for
+        // a link since, the open fails instead of following it.
+        opts.custom_flags(libc_o_nofollow());
+    }
+    let file = parent_dir.open_with(&name, &opts).map_err(|e| io_err(relative, e))?;
+    let mut buf = Vec::new();
+    file.take(max_bytes + 1).read_to_end(&mut buf).map_err(|e| io_err(relative, e))?;
+    if buf.len() as u64 > max_bytes {
+        return Err(TreeError::TooBig { path: relative.to_string(), len: buf.len() as u64, limit: max_bytes });
+    }
+    Ok(buf)
+}
+
+const fn libc_o_nofollow() -> i32 {
+    // O_NOFOLLOW on Linux (all architectures this project builds for).
+    0o400000
+}
+
+/// Open each parent directory, refusing any that is a symlink. (The operator has
+/// finished when the host reads its tree, so the check cannot race with it.)
+fn open_parents(dir: &Dir, parents: &[String], whole: &str) -> Result<Dir, TreeError> {
+    let mut current = dir.try_clone().map_err(|e| io_err(whole, e))?;
+    for seg in parents {
+        let meta = current.symlink_metadata(seg).map_err(|e| io_err(whole, e))?;
+        if !meta.file_type().is_dir() {
+            let found = if meta.file_type().is_symlink() { "symlink" } else { "file" };
+            return Err(TreeError::NotAFile { path: whole.to_string(), found });
+        }
+        current = current.open_dir(seg).map_err(|e| io_err(whole, e))?;
+    }
+    Ok(current)
+}
+
+fn split_checked(relative: &str) -> Result<(Vec<String>, String), TreeError> {
+    crate::sandbox::relative_path("tree", relative).map_err(|_| TreeError::BadPath { path: relative.to_string() })?;
+    let mut segs: Vec<String> = relative.split('/').map(str::to_string).collect();
+    let name = segs.pop().unwrap_or_default();
+    Ok((segs, name))
+}
+
+/// Copy the named regular files from `src_root` into `dest` (same relative paths),
+/// within `limits`. Returns the copied paths. Used for the artifacts a stage names.
+pub fn copy_files(src_root: &Path, paths: &[String], dest: &Path, limits: TreeLimits) -> Result<Vec<PathBuf>, TreeError> {
+    if paths.len() > limits.max_entries {
+        return Err(TreeError::TooMany { limit: limits.max_entries });
+    }
+    let dir = open(src_root)?;
+    let mut total = 0u64;
+    let mut copied = Vec::new();
+    for rel in paths {
+        let bytes = read_in(&dir, rel, limits.max_file_bytes)?;
+        total += bytes.len() as u64;
+        if total > limits.max_total_bytes {
+            return Err(TreeError::TotalTooBig { limit: limits.max_total_bytes });
+        }
+        let target = dest.join(rel);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| io_err(rel, e))?;
+        }
+        std::fs::write(&target, bytes).map_err(|e| io_err(rel, e))?;
+        copied.push(target);
+    }
+    Ok(copied)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn tree() -> (tempfile::TempDir, PathBuf) {
+        let base = tempfile::tempdir().unwrap();
+        let root = base.path().join("target");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::create_dir_all(base.path().join("evaluator")).unwrap();
+        std::fs::write(base.path().join("evaluator/secret.txt"), "SECRET").unwrap();
+        std::fs::write(root.join("a.txt"), "hello").unwrap();
+        std::fs::write(root.join("sub/b.txt"), "world").unwrap();
+        symlink("../evaluator/secret.txt", root.join("planted")).unwrap();
+        symlink("../../evaluator", root.join("sub/escape_dir")).unwrap();
+        symlink("/etc/passwd", root.join("abs")).unwrap();
+        (base, root)
+    }
+
+    #[test]
+    fn walk_reports_links_without_following_them() {
+        let (_base, root) = tree();
+        let entries = walk(&root, TreeLimits::default()).unwrap();
+        let paths: Vec<&str> = entries.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, ["a.txt", "abs", "planted", "sub", "sub/b.txt", "sub/escape_dir"]);
+        assert_eq!(entries[2].kind, EntryKind::Symlink { target: "../evaluator/secret.txt".into() });
+        assert_eq!(entries[5].kind, EntryKind::Symlink { target: "../../evaluator".into() });
+    }
+
+    #[test]
+    fn reads_refuse_links_escapes_and_big_files() {
+        let (_base, root) = tree();
+        assert_eq!(read_file(&root, "sub/b.txt", 100).unwrap(), b"world");
+        for (path, found) in [("planted", "symlink"), ("abs", "symlink"), ("sub", "directory")] {
+            assert_eq!(read_file(&root, path, 100), Err(TreeError::NotAFile { path: path.into(), found }));
+        }
+        assert_eq!(
+            read_file(&root, "sub/escape_dir/secret.txt", 100),
+            Err(TreeError::NotAFile { path: "sub/escape_dir/secret.txt".into(), found: "symlink" })
+        );
+        assert!(matches!(read_file(&root, "../evaluator/secret.txt", 100), Err(TreeError::BadPath { .. })));
+        assert_eq!(
+            read_file(&root, "a.txt", 3),
+            Err(TreeError::TooBig { path: "a.txt".into(), len: 5, limit: 3 })
+        );
+    }
+
+    #[test]
+    fn odd_names_and_limits_are_errors() {
+        let base = tempfile::tempdir().unwrap();
+        std::fs::write(base.path().join("line\nbreak"), "x").unwrap();
+        assert!(matches!(walk(base.path(), TreeLimits::default()), Err(TreeError::OddName { .. })));
+        let base = tempfile::tempdir().unwrap();
+        for i in 0..5 {
+            std::fs::write(base.path().join(format!("f{i}")), "x").unwrap();
+        }
+        let limits = TreeLimits { max_entries: 3, ..TreeLimits::default() };
+        assert_eq!(walk(base.path(), limits), Err(TreeError::TooMany { limit: 3 }));
+    }
+
+    #[test]
+    fn copy_takes_only_regular_files() {
+        let (base, root) = tree();
+        let dest = base.path().join("out");
+        let copied = copy_files(&root, &["sub/b.txt".into()], &dest, TreeLimits::default()).unwrap();
+        assert_eq!(std::fs::read(&copied[0]).unwrap(), b"world");
+        let err = copy_files(&root, &["planted".into()], &dest, TreeLimits::default()).unwrap_err();
+        assert_eq!(err, TreeError::NotAFile { path: "planted".into(), found: "symlink" });
+        assert!(!dest.join("planted").exists());
+    }
+}
