@@ -32,11 +32,14 @@ fn main() {
          #[doc(hidden)]\n#[macro_export]\nmacro_rules! __generate_world {\n",
     );
     for (stage, world, imports) in WORLDS {
-        let mut with = String::from(
-            "\"evolve:operator/types@0.1.0\": evolve_operator_sdk::types,\n",
-        );
+        let mut with =
+            String::from("\"evolve:operator/types@0.1.0\": evolve_operator_sdk::types,\n");
         for import in *imports {
-            writeln!(with, "\"evolve:operator/{import}@0.1.0\": evolve_operator_sdk::{import},").unwrap();
+            writeln!(
+                with,
+                "\"evolve:operator/{import}@0.1.0\": evolve_operator_sdk::{import},"
+            )
+            .unwrap();
         }
         writeln!(
             out,
@@ -61,9 +64,15 @@ fn contract_text(dir: &Path) -> String {
         .filter(|p| p.extension().is_some_and(|x| x == "wit"))
         .collect();
     files.sort();
-    let mut texts: Vec<String> = files.iter().map(|p| std::fs::read_to_string(p).unwrap()).collect();
+    let mut texts: Vec<String> = files
+        .iter()
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect();
     texts.sort_by_key(|t| !t.lines().any(|l| l.starts_with("package ")));
     let joined = texts.join("\n");
-    assert!(!joined.contains("\"####"), "wit text must not contain the raw-string delimiter");
+    assert!(
+        !joined.contains("\"####"),
+        "wit text must not contain the raw-string delimiter"
+    );
     joined
 }

@@ -108,12 +108,44 @@ pub fn check_name(name: &str) -> Result<(), String> {
 #[macro_export]
 macro_rules! export {
     ($stage:ident : $ty:ty) => {
+        // The component glue exists only in the wasm build; natively (unit tests, docs)
+        // the crate is plain Rust, but the trait bound is still checked.
+        #[cfg(target_arch = "wasm32")]
         #[doc(hidden)]
         #[allow(warnings, clippy::all)]
         mod __evolve_world {
             $crate::__generate_world!($stage);
         }
+        #[cfg(target_arch = "wasm32")]
         $crate::__export_stage!($stage, $ty);
+        $crate::__assert_stage!($stage, $ty);
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __assert_stage {
+    (select, $ty:ty) => { $crate::__assert_stage!(@ Select, $ty); };
+    (rollout, $ty:ty) => { $crate::__assert_stage!(@ Rollout, $ty); };
+    (analyze, $ty:ty) => { $crate::__assert_stage!(@ Analyze, $ty); };
+    (mutate, $ty:ty) => { $crate::__assert_stage!(@ Mutate, $ty); };
+    (validate, $ty:ty) => { $crate::__assert_stage!(@ Validate, $ty); };
+    (novelty, $ty:ty) => { $crate::__assert_stage!(@ Novelty, $ty); };
+    (gate, $ty:ty) => { $crate::__assert_stage!(@ Gate, $ty); };
+    (record, $ty:ty) => { $crate::__assert_stage!(@ Record, $ty); };
+    (reflect, $ty:ty) => { $crate::__assert_stage!(@ Reflect, $ty); };
+    (@ $trait:ident, $ty:ty) => {
+        const _: fn() = || {
+            fn implements<T: $crate::$trait>() {}
+            implements::<$ty>();
+        };
+    };
+    ($other:ident, $ty:ty) => {
+        compile_error!(concat!(
+            "evolve_operator_sdk::export!: unknown stage `",
+            stringify!($other),
+            "`; expected one of select, rollout, analyze, mutate, validate, novelty, gate, record, reflect"
+        ));
     };
 }
 
