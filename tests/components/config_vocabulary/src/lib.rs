@@ -1,0 +1,47 @@
+//! A gate operator whose configuration schema uses every feature of the vocabulary, so
+//! the host's tests can drive `normalize-config` through a real component.
+
+use evolve_operator_sdk::config::{Fields, array, boolean, integer, json, number, object, string};
+use evolve_operator_sdk::prelude::*;
+
+pub struct Vocabulary;
+
+fn window_fits(cfg: &Map<String, Value>) -> Result<(), Vec<Violation>> {
+    let window = cfg.get("window").and_then(Value::as_i64).unwrap_or(0);
+    let history = cfg.get("history").and_then(Value::as_i64).unwrap_or(0);
+    if window > history {
+        return Err(vec![Violation::new("window", "must not exceed history")]);
+    }
+    Ok(())
+}
+
+impl Operator for Vocabulary {
+    const NAME: &'static str = "config_vocabulary";
+    const SUMMARY: &'static str = "Test fixture exercising every configuration-schema feature.";
+
+    fn config() -> SchemaBuilder {
+        Schema::new()
+            .field("mode", string().required().choices([json!("strict"), json!("lenient")]).description("How to compare"))
+            .field("history", integer().default(json!(8)).minimum(1.0).maximum(100.0))
+            .field("window", integer().default(json!(4)).minimum(1.0))
+            .field("threshold", number().default(json!(0)).minimum(0.0).maximum(1.0))
+            .field("verbose", boolean().default(json!(false)))
+            .field("components", array(string()).minimum(1.0))
+            .field(
+                "model",
+                object(Fields::new().field("name", string().required()).field("temperature", number().default(json!(1)))),
+            )
+            .field("extras", object(Fields::new()).additional_properties(true))
+            .field("anything", json())
+            .refine(window_fits)
+    }
+}
+
+impl Gate for Vocabulary {
+    fn decide(ctx: &Context, _child: &ArchiveRow, _parent: Option<&ArchiveRow>) -> Result<GateDecision, String> {
+        // Echo the configuration it received, so tests can see what reached the guest.
+        Ok(GateDecision { verdict: Verdict::Keep, reason: Value::Object(ctx.config.clone()).to_string() })
+    }
+}
+
+evolve_operator_sdk::export!(gate: Vocabulary);
