@@ -19,7 +19,7 @@ use std::process::ExitCode;
     long_about = "evolve runs agent-evolution recipes whose operators are WebAssembly \
                   components, each run with only the directories and capabilities its \
                   lifecycle stage is granted.",
-    after_help = "Examples:\n  evolve operator list\n  evolve operator run select/greedy\n  evolve operator check select/greedy --config '{}'"
+    after_help = "Examples:\n  evolve operator list\n  evolve operator run select/greedy\n  evolve operator check select/greedy --config '{}'\n  evolve tasks run ./tasks --agent oracle"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -31,6 +31,12 @@ enum Command {
     /// Inspect, check, run, scaffold and build operators.
     #[command(subcommand)]
     Operator(operator::OperatorCommand),
+    /// Run or check Harbor-format task sets directly, outside any workspace.
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  evolve tasks check ./tasks\n  evolve tasks run ./tasks --engine local --agent oracle --json"
+    )]
+    Tasks(evaluator_harbor::cli::TasksCommand),
 }
 
 /// An error for the user: what went wrong, where, and what to do about it.
@@ -82,6 +88,7 @@ pub fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Operator(cmd) => operator::run(cmd),
+        Command::Tasks(cmd) => Ok(ExitCode::from(u8::try_from(cmd.execute()).unwrap_or(1))),
     };
     match result {
         Ok(code) => code,

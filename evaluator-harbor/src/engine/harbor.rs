@@ -1,0 +1,284 @@
+//! The `harbor` engine: shells out to the real `harbor` CLI (PyPI `harbor`, Python ≥ 3.12)
+//! and parses its job and trial `result.json` files.
+//!
+//! One trial = one `harbor run -p <task snapshot> -a oracle --job-name <trial> -o <trial>/jobs
+//! -n 1 -k 1 -y -q [extra args]` with `HARBOR_TELEMETRY=0`. Extra args are passed through
+//! verbatim, so Harbor's environments (`-e daytona|modal|e2b|...`, `--ek k=v`,
+//! `--override-cpus`, ...) serve users who outgrow one machine. The default environment is
+//! `-e docker`, which needs the Docker Compose v2 plugin (`docker compose`).
+//! Only the oracle agent is supported here (Harbor's own agents are Python classes; pass
+//! `-a module:Class` through the extra args at your own risk; it replaces the oracle).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::{BoxFuture, Engine, TrialRequest, classify_error, failed_trial};
+use crate::agent::AgentSpec;
+use crate::error::{Error, ErrorKind, Result};
+use crate::result::{
+    Isolation, TimeoutOwner, TrialError, TrialLogs, TrialResult, TrialStatus, reward_from_map,
+};
+
+/// Where ci-setup.sh installs the harbor CLI.
+pub const CI_HARBOR_BIN: &str = "/var/cache/evolve-ci/harbor-venv/bin/harbor";
+
+/// The harbor CLI engine.
+#[derive(Debug, Clone)]
+pub struct HarborEngine {
+    pub harbor_bin: PathBuf,
+    /// Extra `harbor run` arguments (default: `-e docker`).
+    pub extra_args: Vec<String>,
+}
+
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(name))
+            .find(|c| c.is_file())
+    })
+}
+
+impl HarborEngine {
+    /// Find the CLI: `$EVOLVE_HARBOR_BIN`, then ci-setup.sh's venv, then `harbor` on PATH.
+    pub fn discover(extra_args: Vec<String>) -> Result<HarborEngine> {
+        let bin = std::env::var_os("EVOLVE_HARBOR_BIN")
+            .map(PathBuf::from)
+            .or_else(|| Some(PathBuf::from(CI_HARBOR_BIN)).filter(|p| p.is_file()))
+            .or_else(|| on_path("harbor"))
+            .ok_or_else(|| {
+                Error::infra("the `harbor` CLI was not found")
+                    .hint("install it with Python ≥ 3.12 (`pip install harbor`), or run evaluator-harbor/ci-setup.sh, or set EVOLVE_HARBOR_BIN")
+            })?;
+        let extra_args = if extra_args
+            .iter()
+            .any(|a| a == "-e" || a.starts_with("--env") || a.starts_with("-e="))
+        {
+            extra_args
+        } else {
+            let mut v = vec!["-e".to_string(), "docker".to_string()];
+            v.extend(extra_args);
+            v
+        };
+        Ok(HarborEngine {
+            harbor_bin: bin,
+            extra_args,
+        })
+    }
+
+    async fn trial(&self, req: &TrialRequest) -> Result<TrialResult> {
+        let task = &req.task;
+        if !matches!(req.agent.as_ref(), AgentSpec::Oracle) {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "the harbor engine runs the oracle agent only",
+            )
+            .hint("use --engine local or docker for agent.toml agents"));
+        }
+        let started = Instant::now();
+        let jobs = req.trial_dir.join("jobs");
+        let job = crate::result::trial_name(&task.name, req.repetition);
+        let log_path = req.trial_dir.join("harbor.log");
+        let log = std::fs::File::create(&log_path)
+            .map_err(|e| Error::io("cannot create", &log_path, e))?;
+        let log2 = log
+            .try_clone()
+            .map_err(|e| Error::io("cannot create", &log_path, e))?;
+        let mut cmd = tokio::process::Command::new(&self.harbor_bin);
+        cmd.arg("run")
+            .arg("-p")
+            .arg(&task.dir)
+            .args([
+                "-a",
+                "oracle",
+                "--job-name",
+                &job,
+                "-n",
+                "1",
+                "-k",
+                "1",
+                "-y",
+                "-q",
+                "-o",
+            ])
+            .arg(&jobs)
+            .args(&self.extra_args)
+            .env("HARBOR_TELEMETRY", "0")
+            .stdin(std::process::Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .process_group(0)
+            .kill_on_drop(true);
+        let budget = task.config.environment.build_timeout_sec
+            + task.config.agent.timeout_sec.unwrap_or(3600.0)
+            + task.config.verifier.timeout_sec
+            + 300.0;
+        let mut child = cmd.spawn().map_err(|e| {
+            Error::infra(format!("cannot start {}: {e}", self.harbor_bin.display()))
+        })?;
+        let pgid = child.id();
+        let status = match tokio::time::timeout(Duration::from_secs_f64(budget), child.wait()).await
+        {
+            Ok(s) => s.map_err(|e| Error::infra(format!("harbor: {e}")))?,
+            Err(_) => {
+                if let Some(p) = pgid.and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
+                    let _ = rustix::process::kill_process_group(p, rustix::process::Signal::KILL);
+                }
+                return Err(
+                    Error::infra(format!("harbor run did not finish within {budget} s"))
+                        .at_path(&log_path),
+                );
+            }
+        };
+        let job_dir = jobs.join(&job);
+        let trial_json = find_trial_result(&job_dir);
+        let Some(trial_json) = trial_json else {
+            let tail = tail_of(&log_path, 800);
+            return Err(Error::infra(format!(
+                "harbor run exited with {status} and wrote no trial result.json; log tail: {tail}"
+            ))
+            .at_path(&log_path));
+        };
+        let mut r = parse_trial_result(&trial_json, &task.name, req.repetition)?;
+        r.wall_time_sec = started.elapsed().as_secs_f64();
+        Ok(r)
+    }
+}
+
+fn tail_of(p: &Path, n: usize) -> String {
+    let s = std::fs::read_to_string(p).unwrap_or_default();
+    let start = s.len().saturating_sub(n);
+    s.get(start..).unwrap_or("").replace('\n', " | ")
+}
+
+/// The first `<job>/<trial>/result.json` that has `task_name` and `trial_name`.
+pub fn find_trial_result(job_dir: &Path) -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(job_dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    dirs.into_iter().map(|d| d.join("result.json")).find(|p| {
+        std::fs::read(p)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .is_some_and(|v| {
+                v.get("task_name").is_some_and(|x| x.is_string())
+                    && v.get("trial_name").is_some_and(|x| x.is_string())
+            })
+    })
+}
+
+/// Map a Harbor TrialResult file onto our classification.
+pub fn parse_trial_result(path: &Path, task: &str, repetition: u32) -> Result<TrialResult> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io("cannot read", path, e))?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| Error::infra(format!("harbor result.json is not JSON: {e}")).at_path(path))?;
+    let trial_dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+    let mut r = TrialResult::failed(
+        task,
+        repetition,
+        "harbor",
+        TrialStatus::InfrastructureFailed,
+        TrialError::new("engine_error", ""),
+    );
+    r.error = None;
+    r.logs = TrialLogs {
+        agent_dir: trial_dir.join("agent"),
+        verifier_dir: trial_dir.join("verifier"),
+        trial_dir,
+    };
+    r.isolation = Some(Isolation {
+        network: "harbor".into(),
+        processes: "harbor".into(),
+        filesystem: "harbor".into(),
+    });
+    if let Ok(code) = std::fs::read_to_string(r.logs.agent_dir.join("exit-code.txt")) {
+        r.agent_exit_code = code.trim().parse().ok();
+    } else {
+        r.agent_exit_code = Some(0);
+    }
+    let exc_type = v
+        .pointer("/exception_info/exception_type")
+        .and_then(|x| x.as_str())
+        .unwrap_or("");
+    let exc_msg = v
+        .pointer("/exception_info/exception_message")
+        .and_then(|x| x.as_str())
+        .unwrap_or("")
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_string();
+    let mut rewards = std::collections::BTreeMap::new();
+    if let Some(obj) = v
+        .pointer("/verifier_result/rewards")
+        .and_then(|x| x.as_object())
+    {
+        for (k, val) in obj {
+            match val.as_f64().filter(|f| f.is_finite() && val.is_number()) {
+                Some(f) => {
+                    rewards.insert(k.clone(), f);
+                }
+                None => {
+                    r.error = Some(TrialError::new(
+                        "reward_invalid",
+                        format!("harbor reported reward {k:?} = {val}, not a finite number"),
+                    ));
+                    return Ok(r);
+                }
+            }
+        }
+    }
+    match exc_type {
+        "AgentTimeoutError" => {
+            r.status = TrialStatus::Timeout;
+            r.timeout_owner = Some(TimeoutOwner::Agent);
+            r.error = Some(TrialError::new("agent_timeout", exc_msg));
+        }
+        "VerifierTimeoutError" => {
+            r.status = TrialStatus::Timeout;
+            r.timeout_owner = Some(TimeoutOwner::Verifier);
+            r.error = Some(TrialError::new("verifier_timeout", exc_msg));
+        }
+        "RewardFileNotFoundError" => r.error = Some(TrialError::new("reward_missing", exc_msg)),
+        "RewardFileEmptyError" => r.error = Some(TrialError::new("reward_empty", exc_msg)),
+        "VerifierOutputParseError" => r.error = Some(TrialError::new("reward_invalid", exc_msg)),
+        "" if !rewards.is_empty() => {
+            r.reward = reward_from_map(&rewards);
+            r.rewards = rewards;
+            r.status = TrialStatus::BenchmarkComplete;
+        }
+        "" => {
+            r.error = Some(TrialError::new(
+                "reward_missing",
+                "harbor reported no exception and no rewards",
+            ))
+        }
+        other => {
+            r.error = Some(TrialError::new(
+                "engine_error",
+                format!("{other}: {exc_msg}"),
+            ))
+        }
+    }
+    Ok(r)
+}
+
+impl Engine for HarborEngine {
+    fn name(&self) -> &'static str {
+        "harbor"
+    }
+    fn run_trial<'a>(&'a self, req: &'a TrialRequest) -> BoxFuture<'a, TrialResult> {
+        Box::pin(async move {
+            match self.trial(req).await {
+                Ok(r) => r,
+                Err(e) => {
+                    let (status, err) = classify_error(&e);
+                    failed_trial(req, "harbor", status, err)
+                }
+            }
+        })
+    }
+}

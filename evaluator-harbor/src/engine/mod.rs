@@ -1,0 +1,364 @@
+//! Engines run trials; [`run_evaluation`] runs a whole evaluation over one of them.
+
+pub mod docker;
+pub mod harbor;
+pub mod local;
+pub mod process;
+pub mod rewrite;
+pub mod wasi;
+
+use std::future::Future;
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use crate::agent::AgentSpec;
+use crate::error::{Error, ErrorKind};
+use crate::result::{
+    EvaluationResult, ScoringPolicy, TrialError, TrialResult, TrialStatus, summarize,
+};
+use crate::task::Task;
+
+/// A boxed, sendable future (the trait stays dyn-compatible).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Everything an engine needs for one trial.
+#[derive(Debug, Clone)]
+pub struct TrialRequest {
+    /// The task, loaded from its verified snapshot.
+    pub task: Arc<Task>,
+    /// 0-based repetition index.
+    pub repetition: u32,
+    pub agent: Arc<AgentSpec>,
+    /// An empty directory owned by this trial; the engine writes logs and result.json here.
+    pub trial_dir: PathBuf,
+    /// Host paths the agent must not be able to read (task sources, snapshots).
+    pub hidden_paths: Vec<PathBuf>,
+}
+
+/// A trial engine. Engines never panic on bad input: every failure is a classified
+/// [`TrialResult`].
+pub trait Engine: Send + Sync {
+    /// `local`, `docker` or `harbor`.
+    fn name(&self) -> &'static str;
+    /// Run one trial to completion (or classified failure).
+    fn run_trial<'a>(&'a self, req: &'a TrialRequest) -> BoxFuture<'a, TrialResult>;
+}
+
+/// Build a classified failure result for `req`.
+pub fn failed_trial(
+    req: &TrialRequest,
+    engine: &str,
+    status: TrialStatus,
+    err: TrialError,
+) -> TrialResult {
+    let mut t = TrialResult::failed(&req.task.name, req.repetition, engine, status, err);
+    t.logs.trial_dir = req.trial_dir.clone();
+    t
+}
+
+/// Map a crate error onto a trial status + error class.
+pub fn classify_error(e: &Error) -> (TrialStatus, TrialError) {
+    let (status, kind) = match e.kind {
+        ErrorKind::InvalidTask => (TrialStatus::InfrastructureFailed, "invalid_task"),
+        ErrorKind::DigestMismatch => (TrialStatus::InfrastructureFailed, "digest_mismatch"),
+        ErrorKind::Unsupported => (TrialStatus::InfrastructureFailed, "unsupported_task"),
+        ErrorKind::InvalidAgent => (TrialStatus::CandidateInvalid, "invalid_agent"),
+        ErrorKind::InvalidSplit | ErrorKind::Usage | ErrorKind::Infrastructure => {
+            (TrialStatus::InfrastructureFailed, "engine_error")
+        }
+    };
+    let mut msg = e.to_string();
+    if let Some(h) = &e.hint {
+        msg.push_str("; hint: ");
+        msg.push_str(h);
+    }
+    (status, TrialError::new(kind, msg))
+}
+
+/// One task of an evaluation plan.
+#[derive(Debug, Clone)]
+pub struct PlannedTask {
+    pub name: String,
+    /// Where the (frozen) task lives; it is copied, never run in place.
+    pub source_dir: PathBuf,
+    /// The frozen digest; `None` for direct execution (`evolve tasks run`), where the digest
+    /// is only recorded.
+    pub expected_digest: Option<String>,
+}
+
+/// An evaluation to run.
+#[derive(Debug, Clone)]
+pub struct EvaluationPlan {
+    pub tasks: Vec<PlannedTask>,
+    pub repetitions: u32,
+    pub agent: AgentSpec,
+    /// Output root: `tasks/<name>` (verified snapshots) and `trials/<task>__r<k>/`.
+    pub out_dir: PathBuf,
+    pub n_concurrent: usize,
+    pub policy: ScoringPolicy,
+    /// Extra host paths to hide from agents (e.g. the task-set root).
+    pub hidden_paths: Vec<PathBuf>,
+}
+
+impl EvaluationPlan {
+    /// Plan direct execution of every task found in `dir` (see [`crate::task::discover`]).
+    pub fn for_dir(
+        dir: &Path,
+        agent: AgentSpec,
+        out_dir: PathBuf,
+    ) -> crate::Result<EvaluationPlan> {
+        let dir = std::fs::canonicalize(dir).map_err(|e| {
+            Error::new(
+                ErrorKind::Usage,
+                format!("cannot resolve task directory: {e}"),
+            )
+            .at_path(dir)
+        })?;
+        let (tasks, _) = crate::task::discover(&dir)?;
+        if tasks.is_empty() {
+            return Err(Error::new(ErrorKind::Usage, "no tasks found")
+                .at_path(&dir)
+                .hint("a task directory holds task.toml; a task set holds task directories"));
+        }
+        let planned = tasks
+            .iter()
+            .map(|t| PlannedTask {
+                name: t
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                source_dir: t.clone(),
+                expected_digest: None,
+            })
+            .collect();
+        Ok(EvaluationPlan {
+            tasks: planned,
+            repetitions: 1,
+            agent,
+            out_dir,
+            n_concurrent: 1,
+            policy: ScoringPolicy::default(),
+            hidden_paths: vec![dir],
+        })
+    }
+
+    /// Plan an evaluation of `split` of a frozen task set whose tasks live in `tasks_root`.
+    pub fn for_split(
+        frozen: &crate::split::FrozenTaskSet,
+        split: crate::split::SplitName,
+        tasks_root: &Path,
+        agent: AgentSpec,
+        out_dir: PathBuf,
+    ) -> EvaluationPlan {
+        let tasks = frozen
+            .split
+            .members(split)
+            .iter()
+            .map(|n| PlannedTask {
+                name: n.clone(),
+                source_dir: tasks_root.join(n),
+                expected_digest: frozen.task_digests.get(n).cloned(),
+            })
+            .collect();
+        EvaluationPlan {
+            tasks,
+            repetitions: frozen.repetitions,
+            agent,
+            out_dir,
+            n_concurrent: 1,
+            policy: ScoringPolicy::default(),
+            hidden_paths: vec![tasks_root.to_path_buf()],
+        }
+    }
+}
+
+/// Receives progress as trials finish.
+pub trait Progress: Send + Sync {
+    fn trial_done(&self, done: usize, total: usize, trial: &TrialResult);
+    fn finished(&self) {}
+}
+
+/// No progress output.
+pub struct NoProgress;
+impl Progress for NoProgress {
+    fn trial_done(&self, _: usize, _: usize, _: &TrialResult) {}
+}
+
+/// Progress on stderr: one rewritten `\r` line on a terminal, plain lines otherwise.
+pub struct ConsoleProgress {
+    tty: bool,
+    started: Instant,
+    lock: Mutex<()>,
+}
+
+impl Default for ConsoleProgress {
+    fn default() -> Self {
+        ConsoleProgress {
+            tty: std::io::stderr().is_terminal(),
+            started: Instant::now(),
+            lock: Mutex::new(()),
+        }
+    }
+}
+
+impl Progress for ConsoleProgress {
+    fn trial_done(&self, done: usize, total: usize, t: &TrialResult) {
+        let _g = self.lock.lock();
+        let reward = t
+            .reward
+            .map(|r| format!("{r}"))
+            .unwrap_or_else(|| "-".into());
+        let line = format!(
+            "[{done}/{total}] {:.1}s {} {} reward={reward}",
+            self.started.elapsed().as_secs_f64(),
+            t.trial_name,
+            t.status.as_str()
+        );
+        let mut err = std::io::stderr().lock();
+        if self.tty {
+            let _ = write!(err, "\r\x1b[2K{line}");
+        } else {
+            let _ = writeln!(err, "{line}");
+        }
+        let _ = err.flush();
+    }
+    fn finished(&self) {
+        if self.tty {
+            let _ = writeln!(std::io::stderr());
+        }
+    }
+}
+
+/// Copy and verify every task, then run `tasks × repetitions` trials on `engine` with at most
+/// `n_concurrent` at once, and score them. Never fails: problems become classified trials.
+pub async fn run_evaluation(
+    engine: Arc<dyn Engine>,
+    plan: &EvaluationPlan,
+    progress: &dyn Progress,
+) -> EvaluationResult {
+    let started = Instant::now();
+    let reps = plan.repetitions.max(1);
+    let snap_root = plan.out_dir.join("tasks");
+    let mut hidden = plan.hidden_paths.clone();
+    hidden.push(snap_root.clone());
+    let mut jobs: Vec<TrialRequest> = Vec::new();
+    let mut results: Vec<TrialResult> = Vec::new();
+    let agent = Arc::new(plan.agent.clone());
+    for pt in &plan.tasks {
+        let snap = snap_root.join(&pt.name);
+        let loaded = prepare_task(pt, &snap);
+        for rep in 0..reps {
+            let trial_dir = plan
+                .out_dir
+                .join("trials")
+                .join(crate::result::trial_name(&pt.name, rep));
+            match &loaded {
+                Ok(task) => {
+                    let mut h = hidden.clone();
+                    h.push(pt.source_dir.clone());
+                    h.retain(|p| !trial_dir.starts_with(p));
+                    jobs.push(TrialRequest {
+                        task: task.clone(),
+                        repetition: rep,
+                        agent: agent.clone(),
+                        trial_dir,
+                        hidden_paths: h,
+                    });
+                }
+                Err(e) => {
+                    let (status, err) = classify_error(e);
+                    let mut t = TrialResult::failed(&pt.name, rep, engine.name(), status, err);
+                    t.logs.trial_dir = trial_dir;
+                    results.push(t);
+                }
+            }
+        }
+    }
+    let total = jobs.len() + results.len();
+    let mut done = 0;
+    for t in &results {
+        done += 1;
+        progress.trial_done(done, total, t);
+    }
+    let sem = Arc::new(tokio::sync::Semaphore::new(plan.n_concurrent.max(1)));
+    let mut set = tokio::task::JoinSet::new();
+    for req in jobs {
+        let engine = engine.clone();
+        let sem = sem.clone();
+        set.spawn(async move {
+            let _permit = sem.acquire_owned().await;
+            if let Err(e) = std::fs::create_dir_all(&req.trial_dir) {
+                return failed_trial(
+                    &req,
+                    engine.name(),
+                    TrialStatus::InfrastructureFailed,
+                    TrialError::new(
+                        "engine_error",
+                        format!("cannot create trial dir {}: {e}", req.trial_dir.display()),
+                    ),
+                );
+            }
+            let r = engine.run_trial(&req).await;
+            if let Ok(json) = serde_json::to_vec_pretty(&r) {
+                let _ = std::fs::write(req.trial_dir.join("result.json"), json);
+            }
+            r
+        });
+    }
+    while let Some(j) = set.join_next().await {
+        let r = match j {
+            Ok(r) => r,
+            Err(e) => {
+                // A panicking engine is a bug; still never crash the evaluation.
+                TrialResult::failed(
+                    "<unknown>",
+                    0,
+                    engine.name(),
+                    TrialStatus::InfrastructureFailed,
+                    TrialError::new("engine_error", format!("trial task failed: {e}")),
+                )
+            }
+        };
+        done += 1;
+        progress.trial_done(done, total, &r);
+        results.push(r);
+    }
+    progress.finished();
+    let names = plan.tasks.iter().map(|t| t.name.clone()).collect();
+    let mut r = summarize(
+        engine.name(),
+        &plan.agent.label(),
+        names,
+        reps,
+        results,
+        plan.policy,
+        started.elapsed().as_secs_f64(),
+    );
+    r.trials
+        .sort_by(|a, b| a.task.cmp(&b.task).then(a.repetition.cmp(&b.repetition)));
+    if let Ok(json) = serde_json::to_vec_pretty(&r) {
+        let _ = std::fs::create_dir_all(&plan.out_dir);
+        let _ = std::fs::write(plan.out_dir.join("evaluation.json"), json);
+    }
+    r
+}
+
+fn prepare_task(pt: &PlannedTask, snap: &Path) -> crate::Result<Arc<Task>> {
+    if snap.exists() {
+        std::fs::remove_dir_all(snap).map_err(|e| Error::io("cannot clear snapshot", snap, e))?;
+    }
+    match &pt.expected_digest {
+        Some(d) => crate::digest::snapshot_verified(&pt.name, &pt.source_dir, snap, d)?,
+        None => {
+            std::fs::create_dir_all(snap)
+                .map_err(|e| Error::io("cannot create snapshot", snap, e))?;
+            crate::digest::copy_task(&pt.source_dir, snap)?;
+        }
+    }
+    let mut t = Task::load(snap)?;
+    t.name = pt.name.clone();
+    Ok(Arc::new(t))
+}

@@ -1,0 +1,159 @@
+//! The fully sandboxed agent form: a WASI command component (wasm32-wasip2) run under
+//! wasmtime with exactly two preopens, the trial's `/app` and `/logs/agent` (read-write).
+//! No network (the default `WasiCtxBuilder` denies sockets), no inherited environment, stdin =
+//! the instruction, stdout+stderr captured (capped) to `/logs/agent/agent.txt`, a wall-clock
+//! deadline from `[agent].timeout_sec` (epoch interruption for guest code, plus an async
+//! timeout for guests blocked in host calls).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use wasmtime::component::{Component, Linker, ResourceTable};
+use wasmtime::{Config, Engine, Store};
+use wasmtime_wasi::p2::bindings::Command;
+use wasmtime_wasi::p2::pipe::{MemoryInputPipe, MemoryOutputPipe};
+use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use crate::error::{Error, ErrorKind, Result};
+
+const TICK: Duration = Duration::from_millis(10);
+
+struct State {
+    wasi: WasiCtx,
+    table: ResourceTable,
+}
+
+impl WasiView for State {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+fn engine() -> Result<&'static Engine> {
+    static ENGINE: OnceLock<std::result::Result<Engine, String>> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| {
+            let mut cfg = Config::new();
+            cfg.epoch_interruption(true);
+            let e = Engine::new(&cfg).map_err(|e| e.to_string())?;
+            let weak = e.weak();
+            std::thread::spawn(move || {
+                while let Some(e) = weak.upgrade() {
+                    e.increment_epoch();
+                    drop(e);
+                    std::thread::sleep(TICK);
+                }
+            });
+            Ok(e)
+        })
+        .as_ref()
+        .map_err(|e| Error::infra(format!("cannot create the wasmtime engine: {e}")))
+}
+
+/// Outcome of a component run.
+#[derive(Debug, Clone)]
+pub struct ComponentOutcome {
+    pub exit_code: Option<i32>,
+    pub timed_out: bool,
+    pub wall: Duration,
+}
+
+/// Run the component at `path` as the agent. A component that does not load, is not a WASI
+/// command, or traps is `InvalidAgent` (candidate_invalid); a timeout is reported in the outcome.
+pub async fn run_component(
+    path: &Path,
+    instruction: &str,
+    env: &BTreeMap<String, String>,
+    app: &Path,
+    agent_logs: &Path,
+    timeout: Option<Duration>,
+    output_cap: u64,
+) -> Result<ComponentOutcome> {
+    let engine = engine()?;
+    let invalid = |m: String| Error::new(ErrorKind::InvalidAgent, m).at_path(path);
+    let bytes =
+        std::fs::read(path).map_err(|e| invalid(format!("cannot read agent component: {e}")))?;
+    let engine2 = engine.clone();
+    let component = tokio::task::spawn_blocking(move || Component::new(&engine2, &bytes))
+        .await
+        .map_err(|e| Error::infra(format!("compile task failed: {e}")))?
+        .map_err(|e| invalid(format!("not a loadable WebAssembly component: {e:#}")))?;
+    let mut linker: Linker<State> = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+        .map_err(|e| Error::infra(format!("cannot link WASI: {e}")))?;
+
+    let out = MemoryOutputPipe::new(output_cap as usize);
+    let mut b = WasiCtxBuilder::new();
+    b.stdin(MemoryInputPipe::new(instruction.as_bytes().to_vec()))
+        .stdout(out.clone())
+        .stderr(out.clone())
+        .args(&["agent"])
+        .env("EVOLVE_APP_DIR", "/app")
+        .env("EVOLVE_AGENT_LOGS_DIR", "/logs/agent");
+    if instruction.len() <= 100_000 {
+        b.env("EVOLVE_INSTRUCTION", instruction);
+    }
+    for (k, v) in env {
+        b.env(k, v);
+    }
+    b.preopened_dir(app, "/app", FsPerms::ReadWrite)
+        .map_err(|e| Error::infra(format!("cannot preopen /app: {e}")))?;
+    b.preopened_dir(agent_logs, "/logs/agent", FsPerms::ReadWrite)
+        .map_err(|e| Error::infra(format!("cannot preopen /logs/agent: {e}")))?;
+    let mut store = Store::new(
+        engine,
+        State {
+            wasi: b.build(),
+            table: ResourceTable::new(),
+        },
+    );
+    let ticks = timeout
+        .map(|t| (t.as_millis() / TICK.as_millis()).max(1) as u64)
+        .unwrap_or(u64::MAX / 2);
+    store.set_epoch_deadline(ticks);
+    store.epoch_deadline_trap();
+
+    let started = Instant::now();
+    let run = async {
+        let cmd = Command::instantiate_async(&mut store, &component, &linker)
+            .await
+            .map_err(|e| invalid(format!("component is not a runnable WASI command: {e:#}")))?;
+        Ok::<_, Error>(cmd.wasi_cli_run().call_run(&mut store).await)
+    };
+    let outcome = match timeout {
+        Some(t) => tokio::time::timeout(t + TICK * 5, run).await.ok(),
+        None => Some(run.await),
+    };
+    let wall = started.elapsed();
+    let _ = std::fs::write(agent_logs.join("agent.txt"), out.contents());
+    let (exit_code, timed_out) = match outcome {
+        None => (None, true),
+        Some(Err(e)) => return Err(e),
+        Some(Ok(Ok(Ok(())))) => (Some(0), false),
+        Some(Ok(Ok(Err(())))) => (Some(1), false),
+        Some(Ok(Err(e))) => {
+            if let Some(x) = e.downcast_ref::<I32Exit>() {
+                (Some(x.0), false)
+            } else if matches!(
+                e.downcast_ref::<wasmtime::Trap>(),
+                Some(wasmtime::Trap::Interrupt)
+            ) {
+                (None, true)
+            } else {
+                // A trap is the candidate's failure, like a crashing process: exit code 128.
+                let _ = std::fs::write(agent_logs.join("trap.txt"), format!("{e:#}\n"));
+                (Some(128), false)
+            }
+        }
+    };
+    Ok(ComponentOutcome {
+        exit_code,
+        timed_out,
+        wall,
+    })
+}

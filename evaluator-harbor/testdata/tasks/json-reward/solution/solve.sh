@@ -1,0 +1,4 @@
+#!/bin/bash
+cd /app
+echo 42 > answer.txt
+echo "done" > note.txt

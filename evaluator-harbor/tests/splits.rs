@@ -1,0 +1,136 @@
+//! Splits and digests are stable across runs and machines: pinned against fixed expected values
+//! (computed independently of this crate, with Python's hashlib + sorted-key JSON).
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+
+use evaluator_harbor::digest::task_digest;
+use evaluator_harbor::split::{FrozenTaskSet, SplitName, SplitRatios, assign};
+
+fn names(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn split_members_are_pinned_for_a_fixed_seed() {
+    let all: Vec<String> = (0..10).map(|i| format!("task-{i:02}")).collect();
+    let r = SplitRatios {
+        train: 0.6,
+        gate: 0.2,
+        sealed: 0.2,
+    };
+    for _ in 0..3 {
+        let s = assign(&all, &r, 42).unwrap();
+        assert_eq!(
+            s.train,
+            names(&[
+                "task-09", "task-02", "task-03", "task-06", "task-01", "task-04"
+            ])
+        );
+        assert_eq!(s.gate, names(&["task-08", "task-05"]));
+        assert_eq!(s.sealed, names(&["task-07", "task-00"]));
+    }
+    // Input order does not matter.
+    let mut rev = all.clone();
+    rev.reverse();
+    assert_eq!(assign(&rev, &r, 42).unwrap(), assign(&all, &r, 42).unwrap());
+    // Largest remainder with 7 tasks: 4.2 / 1.4 / 1.4 -> 4 / 2 / 1 (gate wins the tie).
+    let seven = names(&[
+        "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf",
+    ]);
+    let s = assign(&seven, &r, 7).unwrap();
+    assert_eq!(s.train, names(&["golf", "bravo", "alpha", "delta"]));
+    assert_eq!(s.gate, names(&["foxtrot", "charlie"]));
+    assert_eq!(s.sealed, names(&["echo"]));
+    // A different seed gives a different order.
+    assert_ne!(assign(&all, &r, 43).unwrap(), assign(&all, &r, 42).unwrap());
+}
+
+#[test]
+fn task_digest_is_pinned() {
+    let d = tempfile::tempdir().unwrap();
+    let t = d.path().join("pinned");
+    std::fs::create_dir_all(t.join("tests")).unwrap();
+    std::fs::write(t.join("instruction.md"), "Do it.\n").unwrap();
+    std::fs::write(t.join("task.toml"), "[verifier]\ntimeout_sec = 10.0\n").unwrap();
+    std::fs::write(
+        t.join("tests/test.sh"),
+        "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        t.join("tests/test.sh"),
+        std::fs::Permissions::from_mode(0o775),
+    )
+    .unwrap();
+    std::fs::set_permissions(t.join("task.toml"), std::fs::Permissions::from_mode(0o664)).unwrap();
+    assert_eq!(
+        task_digest(&t).unwrap(),
+        "sha256:7a4ec2e84d2356fa98e9879dc2408856455c8ad092696ebabd13f524c81154ab"
+    );
+}
+
+#[test]
+fn frozen_task_set_round_trips_and_detects_tampering() {
+    let f = FrozenTaskSet::freeze(
+        &common::testdata().join("tasks"),
+        SplitRatios {
+            train: 0.34,
+            gate: 0.33,
+            sealed: 0.33,
+        },
+        1,
+        2,
+    )
+    .unwrap();
+    assert_eq!(
+        f.split.train.len() + f.split.gate.len() + f.split.sealed.len(),
+        3
+    );
+    assert_eq!(f.task_digests.len(), 3);
+    let again = FrozenTaskSet::freeze(&common::testdata().join("tasks"), f.ratios, 1, 2).unwrap();
+    assert_eq!(again.task_set_digest, f.task_set_digest);
+    // Repetitions and seed are part of the identity.
+    let reps = FrozenTaskSet::freeze(&common::testdata().join("tasks"), f.ratios, 1, 3).unwrap();
+    assert_ne!(reps.task_set_digest, f.task_set_digest);
+    assert_ne!(
+        f.selection_digest(SplitName::Gate).unwrap(),
+        f.selection_digest(SplitName::Sealed).unwrap()
+    );
+    let mut json: serde_json::Value = serde_json::from_str(&f.to_json()).unwrap();
+    json["split"]["gate"] = serde_json::json!([]);
+    assert!(FrozenTaskSet::from_json(&json.to_string()).is_err());
+}
+
+#[test]
+fn check_reports_every_problem_at_once() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path();
+    common::write_task(root, "ok", "", Some("#!/bin/bash\n"), Some("#!/bin/bash\n"));
+    common::write_task(
+        root,
+        "bad-toml",
+        "[agent]\ntimeout_sec = \"x\"\n",
+        None,
+        None,
+    );
+    let t = common::write_task(
+        root,
+        "bad-timeout",
+        "[verifier]\ntimeout_sec = -5\n",
+        None,
+        Some("#!/bin/bash\n"),
+    );
+    std::fs::remove_file(t.join("instruction.md")).unwrap();
+    std::fs::create_dir_all(root.join("not-a-task")).unwrap();
+    let problems = evaluator_harbor::task::check_task_set(root);
+    let text: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+    let has = |s: &str| text.iter().any(|t| t.contains(s));
+    assert!(has("malformed task.toml"), "{text:#?}");
+    assert!(has("missing tests/test.sh"), "{text:#?}");
+    assert!(has("[verifier].timeout_sec"), "{text:#?}");
+    assert!(has("missing instruction.md"), "{text:#?}");
+    assert!(has("not a task"), "{text:#?}");
+    assert_eq!(problems.len(), 5, "{text:#?}");
+    assert!(evaluator_harbor::task::check_task_set(&common::testdata().join("tasks")).is_empty());
+}

@@ -1,0 +1,123 @@
+//! The WASI-component agent form on the local engine.
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use common::*;
+use evaluator_harbor::agent::{AgentManifest, AgentSpec};
+use evaluator_harbor::engine::local::LocalEngine;
+use evaluator_harbor::result::{TimeoutOwner, TrialStatus};
+
+fn build_component(out: &Path) -> PathBuf {
+    let wasm = out.join("agent.wasm");
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let st = std::process::Command::new(rustc)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "--edition",
+            "2021",
+            "--target",
+            "wasm32-wasip2",
+            "-O",
+            "-C",
+            "strip=symbols",
+            "-C",
+            "debuginfo=0",
+            "-C",
+            "panic=abort",
+            "-o",
+        ])
+        .arg(&wasm)
+        .arg(testdata().join("wasi-agent/agent.rs"))
+        .status()
+        .expect("rustc runs");
+    assert!(
+        st.success(),
+        "building the test component needs the wasm32-wasip2 target (rust-toolchain.toml lists it)"
+    );
+    wasm
+}
+
+fn target(dir: &Path, extra: &str) -> AgentSpec {
+    std::fs::create_dir_all(dir).unwrap();
+    build_component(dir);
+    std::fs::write(
+        dir.join("agent.toml"),
+        format!("component = \"agent.wasm\"\n{extra}"),
+    )
+    .unwrap();
+    AgentSpec::Target(AgentManifest::load(dir).unwrap())
+}
+
+#[tokio::test]
+async fn a_wasi_component_agent_solves_hello_and_sees_only_its_preopens() {
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = target(&tmp.path().join("target"), "");
+    let r = run_dir(
+        Arc::new(LocalEngine::default()),
+        &testdata().join("tasks/hello"),
+        agent,
+        &tmp.path().join("out"),
+        1,
+    )
+    .await;
+    let t = &r.trials[0];
+    assert_eq!(t.status, TrialStatus::BenchmarkComplete, "{t:#?}");
+    assert_eq!(t.reward, Some(1.0));
+    let log = std::fs::read_to_string(t.logs.agent_dir.join("agent.txt")).unwrap();
+    assert!(log.contains("escapes: 0"), "{log}");
+    assert!(log.contains("instruction: Create /app/hello.txt"), "{log}");
+    assert_eq!(t.isolation.as_ref().unwrap().filesystem, "wasi_preopens");
+    assert!(t.logs.agent_dir.join("notes.txt").is_file());
+}
+
+#[tokio::test]
+async fn a_spinning_component_times_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tasks = tmp.path().join("tasks");
+    write_task(
+        &tasks,
+        "spin",
+        "[agent]\ntimeout_sec = 1\n",
+        None,
+        Some("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n"),
+    );
+    let agent = target(&tmp.path().join("target"), "[env]\nMODE = \"spin\"\n");
+    let r = run_dir(
+        Arc::new(LocalEngine::default()),
+        &tasks,
+        agent,
+        &tmp.path().join("out"),
+        1,
+    )
+    .await;
+    let t = &r.trials[0];
+    assert_eq!(t.status, TrialStatus::Timeout, "{t:#?}");
+    assert_eq!(t.timeout_owner, Some(TimeoutOwner::Agent));
+    assert!(t.wall_time_sec < 10.0);
+}
+
+#[tokio::test]
+async fn a_non_component_is_candidate_invalid() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("target");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("agent.wasm"), b"not wasm").unwrap();
+    std::fs::write(dir.join("agent.toml"), "component = \"agent.wasm\"\n").unwrap();
+    let agent = AgentSpec::Target(AgentManifest::load(&dir).unwrap());
+    let r = run_dir(
+        Arc::new(LocalEngine::default()),
+        &testdata().join("tasks/hello"),
+        agent,
+        &tmp.path().join("out"),
+        1,
+    )
+    .await;
+    assert_eq!(
+        r.trials[0].status,
+        TrialStatus::CandidateInvalid,
+        "{:#?}",
+        r.trials[0]
+    );
+}
