@@ -107,8 +107,12 @@ impl DiskCache {
         (self.dir.join(format!("{stem}.cwasm")), self.dir.join(format!("{stem}.mac")))
     }
 
-    fn mac(&self, data: &[u8]) -> Hmac<Sha256> {
+    /// The MAC binds the compiled bytes to the component digest and engine they were
+    /// compiled for, so one valid entry cannot be passed off as another component's.
+    fn mac(&self, digest: &ComponentDigest, data: &[u8]) -> Hmac<Sha256> {
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("HMAC takes any key length");
+        mac.update(digest);
+        mac.update(self.engine_tag.as_bytes());
         mac.update(data);
         mac
     }
@@ -117,7 +121,7 @@ impl DiskCache {
         let (cwasm_path, mac_path) = self.paths(digest);
         let cwasm = fs::read(&cwasm_path).ok()?;
         let tag = fs::read(&mac_path).ok()?;
-        self.mac(&cwasm).verify_slice(&tag).ok()?;
+        self.mac(digest, &cwasm).verify_slice(&tag).ok()?;
         // SAFETY: the bytes are exactly what this host serialized (MAC verified with a
         // key only this host holds), and wasmtime checks engine compatibility itself.
         unsafe { Component::deserialize(engine, &cwasm) }.ok()
@@ -126,7 +130,7 @@ impl DiskCache {
     fn store(&self, digest: &ComponentDigest, component: &Component) -> std::io::Result<()> {
         let (cwasm_path, mac_path) = self.paths(digest);
         let cwasm = component.serialize().map_err(std::io::Error::other)?;
-        let tag = self.mac(&cwasm).finalize().into_bytes();
+        let tag = self.mac(digest, &cwasm).finalize().into_bytes();
         write_atomic(&cwasm_path, &cwasm)?;
         write_atomic(&mac_path, &tag)
     }
@@ -149,10 +153,10 @@ fn create_private_dir(dir: &Path) -> std::io::Result<()> {
 
 fn load_or_create_key(path: &Path) -> std::io::Result<[u8; 32]> {
     use std::os::unix::fs::OpenOptionsExt;
-    if let Ok(existing) = fs::read(path) {
-        if let Ok(key) = <[u8; 32]>::try_from(existing.as_slice()) {
-            return Ok(key);
-        }
+    if let Ok(existing) = fs::read(path)
+        && let Ok(key) = <[u8; 32]>::try_from(existing.as_slice())
+    {
+        return Ok(key);
     }
     let mut key = [0u8; 32];
     getrandom::fill(&mut key).map_err(|e| std::io::Error::other(e.to_string()))?;

@@ -193,6 +193,14 @@ impl Sandbox {
         let outcome = match timed {
             Err(_) => Err(OperatorFailure::Timeout { limit: limits.timeout, in_host_call: true }),
             Ok(Ok(Ok(out))) => check_size(out, limits.result_bytes),
+            // The size cap covers a reported error's text as well as a result.
+            Ok(Ok(Err(OperatorFailure::Reported(msg)))) if msg.len() > limits.result_bytes => {
+                Err(OperatorFailure::MalformedResult(format!(
+                    "the reported error is {} bytes; the limit is {}",
+                    msg.len(),
+                    limits.result_bytes
+                )))
+            }
             Ok(Ok(Err(contract_msg))) => Err(contract_msg),
             Ok(Err(err)) => Err(failure::classify(
                 &err,

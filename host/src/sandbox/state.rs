@@ -78,6 +78,15 @@ pub(crate) fn new_store(
         .allow_ip_name_lookup(false)
         .socket_addr_check(|_, _| Box::pin(async { false }));
     for p in &grants.preopens {
+        // Granting follows a symlink: a candidate whose `target` is a link (say, to
+        // `../evaluator`) would hand out whatever it points at. Grant real directories only.
+        if std::fs::symlink_metadata(&p.host).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(std::io::Error::other(format!(
+                "cannot grant {} as {}: it is a symbolic link",
+                p.host.display(),
+                p.guest
+            )));
+        }
         let perms = if p.writable { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
         b.preopened_dir(&p.host, p.guest, perms).map_err(|e| {
             std::io::Error::other(format!("cannot grant {} as {}: {e:#}", p.host.display(), p.guest))
