@@ -12,7 +12,9 @@
 
 use evolve::builtin;
 use evolve::sandbox::types::*;
-use evolve::sandbox::{Capabilities, GrantRequest, Grants, Limits, Sandbox, SandboxConfig, StageInput};
+use evolve::sandbox::{
+    Capabilities, GrantRequest, Grants, Limits, LoadedOperator, Sandbox, SandboxConfig, StageInput,
+};
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -35,7 +37,7 @@ fn main() {
     let input = || StageInput::Select { ctx: ctx(), archive: archive.clone() };
 
     let sb = Sandbox::new(SandboxConfig { cache_dir: Some(cache_dir.clone()), fuel: false }).unwrap();
-    let call = |sb: &Sandbox, loaded| {
+    let call = |sb: &Sandbox, loaded: &LoadedOperator| {
         let report = rt.block_on(sb.call(loaded, &grants, &limits, Capabilities::default(), input()));
         assert!(report.outcome.is_ok(), "{:?}", report.outcome);
     };
