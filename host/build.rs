@@ -19,7 +19,10 @@ struct Crate {
 }
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
     for dir in ["operators", "tests/components", "sdk-rust", "wit"] {
         println!("cargo::rerun-if-changed={}", root.join(dir).display());
     }
@@ -35,7 +38,9 @@ fn main() {
         build_components(&root, &target_dir, &crates);
     }
 
-    let mut src = String::from("/// Operator components built from `operators/` and embedded at compile time.\n");
+    let mut src = String::from(
+        "/// Operator components built from `operators/` and embedded at compile time.\n",
+    );
     src.push_str("pub static EMBEDDED: &[EmbeddedOperator] = &[\n");
     for c in &crates[..library_count] {
         let path = out_dir.join(format!("{}.wasm", c.artifact));
@@ -51,7 +56,10 @@ fn main() {
     src.push_str("];\n");
     let dest = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("embedded_operators.rs");
     std::fs::write(dest, src).unwrap();
-    println!("cargo::rustc-env=EVOLVE_TEST_COMPONENTS_DIR={}", out_dir.display());
+    println!(
+        "cargo::rustc-env=EVOLVE_TEST_COMPONENTS_DIR={}",
+        out_dir.display()
+    );
 }
 
 /// `operators/<stage>/<name>` is package `op-<stage>-<name>` (underscores become dashes).
@@ -84,7 +92,12 @@ fn test_crates(root: &Path) -> Vec<Crate> {
         .map(|d| {
             let name = file_name(&d);
             let package = format!("tc-{}", name.replace('_', "-"));
-            Crate { artifact: package.replace('-', "_"), package, stage: None, name }
+            Crate {
+                artifact: package.replace('-', "_"),
+                package,
+                stage: None,
+                name,
+            }
         })
         .collect()
 }
@@ -93,7 +106,13 @@ fn build_components(root: &Path, target_dir: &Path, crates: &[Crate]) {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(root)
-        .args(["build", "--target", "wasm32-wasip2", "--profile", "operator"])
+        .args([
+            "build",
+            "--target",
+            "wasm32-wasip2",
+            "--profile",
+            "operator",
+        ])
         .arg("--target-dir")
         .arg(target_dir);
     for c in crates {
@@ -111,9 +130,19 @@ fn build_components(root: &Path, target_dir: &Path, crates: &[Crate]) {
         if inherited_build_setting
             || matches!(
                 key.as_str(),
-                "RUSTFLAGS" | "RUSTC_WRAPPER" | "RUSTC_WORKSPACE_WRAPPER" | "TARGET" | "HOST"
-                    | "OUT_DIR" | "OPT_LEVEL" | "PROFILE" | "DEBUG" | "NUM_JOBS" | "RUSTDOC"
-                    | "RUSTC" | "RUSTC_LINKER"
+                "RUSTFLAGS"
+                    | "RUSTC_WRAPPER"
+                    | "RUSTC_WORKSPACE_WRAPPER"
+                    | "TARGET"
+                    | "HOST"
+                    | "OUT_DIR"
+                    | "OPT_LEVEL"
+                    | "PROFILE"
+                    | "DEBUG"
+                    | "NUM_JOBS"
+                    | "RUSTDOC"
+                    | "RUSTC"
+                    | "RUSTC_LINKER"
             )
         {
             cmd.env_remove(&key);
@@ -139,7 +168,11 @@ fn target_dir(root: &Path) -> PathBuf {
 
 fn sorted_dirs(dir: &Path) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = match std::fs::read_dir(dir) {
-        Ok(entries) => entries.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_dir()).collect(),
+        Ok(entries) => entries
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .filter(|p| p.is_dir())
+            .collect(),
         Err(_) => Vec::new(),
     };
     dirs.sort();

@@ -20,7 +20,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let work = tempfile::tempdir().unwrap();
     let checkout = work.path().join("candidate");
     let scratch = work.path().join("scratch");
@@ -30,28 +34,50 @@ fn main() {
     let op = builtin::find("select", "greedy").expect("select/greedy is built in");
     let grants = Grants::for_stage(
         Stage::Select,
-        &GrantRequest { checkout: &checkout, operators_in_surface: false, scratch: &scratch, feedback: None },
+        &GrantRequest {
+            checkout: &checkout,
+            operators_in_surface: false,
+            scratch: &scratch,
+            feedback: None,
+        },
     );
-    let limits = Limits { timeout: Duration::from_secs(10), ..Limits::default() };
+    let limits = Limits {
+        timeout: Duration::from_secs(10),
+        ..Limits::default()
+    };
     let archive = sample_archive(50);
-    let input = || StageInput::Select { ctx: ctx(), archive: archive.clone() };
+    let input = || StageInput::Select {
+        ctx: ctx(),
+        archive: archive.clone(),
+    };
 
-    let sb = Sandbox::new(SandboxConfig { cache_dir: Some(cache_dir.clone()), fuel: false }).unwrap();
+    let sb = Sandbox::new(SandboxConfig {
+        cache_dir: Some(cache_dir.clone()),
+        fuel: false,
+    })
+    .unwrap();
     let call = |sb: &Sandbox, loaded: &LoadedOperator| {
-        let report = rt.block_on(sb.call(loaded, &grants, &limits, Capabilities::default(), input()));
+        let report =
+            rt.block_on(sb.call(loaded, &grants, &limits, Capabilities::default(), input()));
         assert!(report.outcome.is_ok(), "{:?}", report.outcome);
     };
 
     let cold = measure(5, || {
         let fresh = Sandbox::new(SandboxConfig::default()).unwrap();
-        let loaded = fresh.load_bytes(Stage::Select, op.bytes, "bench".into()).unwrap();
+        let loaded = fresh
+            .load_bytes(Stage::Select, op.bytes, "bench".into())
+            .unwrap();
         call(&fresh, &loaded);
     });
-    let loaded = sb.load_bytes(Stage::Select, op.bytes, "bench".into()).unwrap();
+    let loaded = sb
+        .load_bytes(Stage::Select, op.bytes, "bench".into())
+        .unwrap();
     let memory = measure(500, || call(&sb, &loaded));
     let disk = measure(200, || {
         sb.clear_memory_cache();
-        let loaded = sb.load_bytes(Stage::Select, op.bytes, "bench".into()).unwrap();
+        let loaded = sb
+            .load_bytes(Stage::Select, op.bytes, "bench".into())
+            .unwrap();
         assert_eq!(loaded.cache, evolve::sandbox::CacheSource::Disk);
         call(&sb, &loaded);
     });
@@ -107,7 +133,12 @@ fn python_call(archive: &ArchiveView) -> Option<Duration> {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        child.stdin.take().unwrap().write_all(payload.as_bytes()).unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(payload.as_bytes())
+            .unwrap();
         let out = child.wait_with_output().unwrap();
         assert!(out.status.success());
     }))
@@ -137,11 +168,18 @@ fn sample_archive(n: usize) -> ArchiveView {
             children: 1,
             task_vector: vec![TaskScore {
                 task: "train-1".into(),
-                trials: vec![Trial { repetition: 0, status: TrialStatus::BenchmarkComplete, reward: Some(1.0) }],
+                trials: vec![Trial {
+                    repetition: 0,
+                    status: TrialStatus::BenchmarkComplete,
+                    reward: Some(1.0),
+                }],
             }],
             cost_usd: 0.0,
             annotations: "{}".into(),
         })
         .collect();
-    ArchiveView { rows, champion: None }
+    ArchiveView {
+        rows,
+        champion: None,
+    }
 }

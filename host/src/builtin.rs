@@ -12,7 +12,9 @@ include!(concat!(env!("OUT_DIR"), "/embedded_operators.rs"));
 
 /// Find a library operator by `stage/name`.
 pub fn find(stage: &str, name: &str) -> Option<&'static EmbeddedOperator> {
-    EMBEDDED.iter().find(|op| op.stage == stage && op.name == name)
+    EMBEDDED
+        .iter()
+        .find(|op| op.stage == stage && op.name == name)
 }
 
 /// Directory of the test components built alongside the library (for tests and benchmarks).

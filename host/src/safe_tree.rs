@@ -26,7 +26,12 @@ pub struct TreeLimits {
 
 impl Default for TreeLimits {
     fn default() -> Self {
-        TreeLimits { max_entries: 100_000, max_file_bytes: 64 << 20, max_total_bytes: 1 << 30, max_depth: 64 }
+        TreeLimits {
+            max_entries: 100_000,
+            max_file_bytes: 64 << 20,
+            max_total_bytes: 1 << 30,
+            max_depth: 64,
+        }
     }
 }
 
@@ -40,10 +45,15 @@ pub struct Entry {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EntryKind {
-    File { len: u64, executable: bool },
+    File {
+        len: u64,
+        executable: bool,
+    },
     Dir,
     /// A symlink and its target text (never resolved).
-    Symlink { target: String },
+    Symlink {
+        target: String,
+    },
     /// Sockets, FIFOs, devices.
     Special,
 }
@@ -65,14 +75,23 @@ impl fmt::Display for TreeError {
         match self {
             TreeError::Io { path, message } => write!(f, "{path}: {message}"),
             TreeError::OddName { parent } => {
-                write!(f, "{parent}: holds a name that is not UTF-8 or contains control characters")
+                write!(
+                    f,
+                    "{parent}: holds a name that is not UTF-8 or contains control characters"
+                )
             }
             TreeError::TooMany { limit } => write!(f, "more than {limit} entries"),
-            TreeError::TooBig { path, len, limit } => write!(f, "{path}: {len} bytes is over the {limit}-byte limit"),
+            TreeError::TooBig { path, len, limit } => {
+                write!(f, "{path}: {len} bytes is over the {limit}-byte limit")
+            }
             TreeError::TotalTooBig { limit } => write!(f, "more than {limit} bytes in all"),
             TreeError::TooDeep { path } => write!(f, "{path}: nested too deeply"),
-            TreeError::NotAFile { path, found } => write!(f, "{path}: is a {found}, not a regular file"),
-            TreeError::BadPath { path } => write!(f, "{path:?}: not a relative path inside the tree"),
+            TreeError::NotAFile { path, found } => {
+                write!(f, "{path}: is a {found}, not a regular file")
+            }
+            TreeError::BadPath { path } => {
+                write!(f, "{path:?}: not a relative path inside the tree")
+            }
         }
     }
 }
@@ -80,12 +99,20 @@ impl fmt::Display for TreeError {
 impl std::error::Error for TreeError {}
 
 fn io_err(path: &str, e: std::io::Error) -> TreeError {
-    TreeError::Io { path: if path.is_empty() { ".".into() } else { path.to_string() }, message: e.to_string() }
+    TreeError::Io {
+        path: if path.is_empty() {
+            ".".into()
+        } else {
+            path.to_string()
+        },
+        message: e.to_string(),
+    }
 }
 
 /// Open `root` as a capability handle.
 pub fn open(root: &Path) -> Result<Dir, TreeError> {
-    Dir::open_ambient_dir(root, ambient_authority()).map_err(|e| io_err(&root.display().to_string(), e))
+    Dir::open_ambient_dir(root, ambient_authority())
+        .map_err(|e| io_err(&root.display().to_string(), e))
 }
 
 /// List every entry under `root`, depth first in name order, without following links.
@@ -96,40 +123,71 @@ pub fn walk(root: &Path, limits: TreeLimits) -> Result<Vec<Entry>, TreeError> {
     Ok(out)
 }
 
-fn walk_dir(dir: &Dir, prefix: &str, depth: usize, limits: TreeLimits, out: &mut Vec<Entry>) -> Result<(), TreeError> {
+fn walk_dir(
+    dir: &Dir,
+    prefix: &str,
+    depth: usize,
+    limits: TreeLimits,
+    out: &mut Vec<Entry>,
+) -> Result<(), TreeError> {
     if depth > limits.max_depth {
-        return Err(TreeError::TooDeep { path: prefix.to_string() });
+        return Err(TreeError::TooDeep {
+            path: prefix.to_string(),
+        });
     }
     let mut names = Vec::new();
     for entry in dir.entries().map_err(|e| io_err(prefix, e))? {
         let entry = entry.map_err(|e| io_err(prefix, e))?;
-        let name = entry.file_name().into_string().map_err(|_| TreeError::OddName { parent: display(prefix) })?;
+        let name = entry
+            .file_name()
+            .into_string()
+            .map_err(|_| TreeError::OddName {
+                parent: display(prefix),
+            })?;
         if name.chars().any(char::is_control) {
-            return Err(TreeError::OddName { parent: display(prefix) });
+            return Err(TreeError::OddName {
+                parent: display(prefix),
+            });
         }
         names.push(name);
     }
     names.sort();
     for name in names {
         if out.len() >= limits.max_entries {
-            return Err(TreeError::TooMany { limit: limits.max_entries });
+            return Err(TreeError::TooMany {
+                limit: limits.max_entries,
+            });
         }
-        let path = if prefix.is_empty() { name.clone() } else { format!("{prefix}/{name}") };
+        let path = if prefix.is_empty() {
+            name.clone()
+        } else {
+            format!("{prefix}/{name}")
+        };
         let meta = dir.symlink_metadata(&name).map_err(|e| io_err(&path, e))?;
         let ft = meta.file_type();
         let kind = if ft.is_symlink() {
-            let target = dir.read_link_contents(&name).map_err(|e| io_err(&path, e))?;
-            EntryKind::Symlink { target: target.to_string_lossy().to_string() }
+            let target = dir
+                .read_link_contents(&name)
+                .map_err(|e| io_err(&path, e))?;
+            EntryKind::Symlink {
+                target: target.to_string_lossy().to_string(),
+            }
         } else if ft.is_dir() {
             EntryKind::Dir
         } else if ft.is_file() {
             use cap_std::fs::PermissionsExt;
-            EntryKind::File { len: meta.len(), executable: meta.permissions().mode() & 0o111 != 0 }
+            EntryKind::File {
+                len: meta.len(),
+                executable: meta.permissions().mode() & 0o111 != 0,
+            }
         } else {
             EntryKind::Special
         };
         let is_dir = kind == EntryKind::Dir;
-        out.push(Entry { path: path.clone(), kind });
+        out.push(Entry {
+            path: path.clone(),
+            kind,
+        });
         if is_dir {
             let sub = dir.open_dir(&name).map_err(|e| io_err(&path, e))?;
             walk_dir(&sub, &path, depth + 1, limits, out)?;
@@ -139,7 +197,11 @@ fn walk_dir(dir: &Dir, prefix: &str, depth: usize, limits: TreeLimits, out: &mut
 }
 
 fn display(prefix: &str) -> String {
-    if prefix.is_empty() { ".".into() } else { prefix.to_string() }
+    if prefix.is_empty() {
+        ".".into()
+    } else {
+        prefix.to_string()
+    }
 }
 
 /// Read one regular file at `relative` under `root`, refusing symlinks (at any
@@ -152,14 +214,29 @@ pub fn read_file(root: &Path, relative: &str, max_bytes: u64) -> Result<Vec<u8>,
 fn read_in(dir: &Dir, relative: &str, max_bytes: u64) -> Result<Vec<u8>, TreeError> {
     let (parent, name) = split_checked(relative)?;
     let parent_dir = open_parents(dir, &parent, relative)?;
-    let meta = parent_dir.symlink_metadata(&name).map_err(|e| io_err(relative, e))?;
+    let meta = parent_dir
+        .symlink_metadata(&name)
+        .map_err(|e| io_err(relative, e))?;
     let ft = meta.file_type();
     if !ft.is_file() {
-        let found = if ft.is_symlink() { "symlink" } else if ft.is_dir() { "directory" } else { "special file" };
-        return Err(TreeError::NotAFile { path: relative.to_string(), found });
+        let found = if ft.is_symlink() {
+            "symlink"
+        } else if ft.is_dir() {
+            "directory"
+        } else {
+            "special file"
+        };
+        return Err(TreeError::NotAFile {
+            path: relative.to_string(),
+            found,
+        });
     }
     if meta.len() > max_bytes {
-        return Err(TreeError::TooBig { path: relative.to_string(), len: meta.len(), limit: max_bytes });
+        return Err(TreeError::TooBig {
+            path: relative.to_string(),
+            len: meta.len(),
+            limit: max_bytes,
+        });
     }
     let mut opts = cap_std::fs::OpenOptions::new();
     opts.read(true);
@@ -169,11 +246,19 @@ fn read_in(dir: &Dir, relative: &str, max_bytes: u64) -> Result<Vec<u8>, TreeErr
         // a link since, the open fails instead of following it.
         opts.custom_flags(libc_o_nofollow());
     }
-    let file = parent_dir.open_with(&name, &opts).map_err(|e| io_err(relative, e))?;
+    let file = parent_dir
+        .open_with(&name, &opts)
+        .map_err(|e| io_err(relative, e))?;
     let mut buf = Vec::new();
-    file.take(max_bytes + 1).read_to_end(&mut buf).map_err(|e| io_err(relative, e))?;
+    file.take(max_bytes + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| io_err(relative, e))?;
     if buf.len() as u64 > max_bytes {
-        return Err(TreeError::TooBig { path: relative.to_string(), len: buf.len() as u64, limit: max_bytes });
+        return Err(TreeError::TooBig {
+            path: relative.to_string(),
+            len: buf.len() as u64,
+            limit: max_bytes,
+        });
     }
     Ok(buf)
 }
@@ -188,10 +273,19 @@ const fn libc_o_nofollow() -> i32 {
 fn open_parents(dir: &Dir, parents: &[String], whole: &str) -> Result<Dir, TreeError> {
     let mut current = dir.try_clone().map_err(|e| io_err(whole, e))?;
     for seg in parents {
-        let meta = current.symlink_metadata(seg).map_err(|e| io_err(whole, e))?;
+        let meta = current
+            .symlink_metadata(seg)
+            .map_err(|e| io_err(whole, e))?;
         if !meta.file_type().is_dir() {
-            let found = if meta.file_type().is_symlink() { "symlink" } else { "file" };
-            return Err(TreeError::NotAFile { path: whole.to_string(), found });
+            let found = if meta.file_type().is_symlink() {
+                "symlink"
+            } else {
+                "file"
+            };
+            return Err(TreeError::NotAFile {
+                path: whole.to_string(),
+                found,
+            });
         }
         current = current.open_dir(seg).map_err(|e| io_err(whole, e))?;
     }
@@ -199,7 +293,9 @@ fn open_parents(dir: &Dir, parents: &[String], whole: &str) -> Result<Dir, TreeE
 }
 
 fn split_checked(relative: &str) -> Result<(Vec<String>, String), TreeError> {
-    crate::sandbox::relative_path("tree", relative).map_err(|_| TreeError::BadPath { path: relative.to_string() })?;
+    crate::sandbox::relative_path("tree", relative).map_err(|_| TreeError::BadPath {
+        path: relative.to_string(),
+    })?;
     let mut segs: Vec<String> = relative.split('/').map(str::to_string).collect();
     let name = segs.pop().unwrap_or_default();
     Ok((segs, name))
@@ -207,9 +303,16 @@ fn split_checked(relative: &str) -> Result<(Vec<String>, String), TreeError> {
 
 /// Copy the named regular files from `src_root` into `dest` (same relative paths),
 /// within `limits`. Returns the copied paths. Used for the artifacts a stage names.
-pub fn copy_files(src_root: &Path, paths: &[String], dest: &Path, limits: TreeLimits) -> Result<Vec<PathBuf>, TreeError> {
+pub fn copy_files(
+    src_root: &Path,
+    paths: &[String],
+    dest: &Path,
+    limits: TreeLimits,
+) -> Result<Vec<PathBuf>, TreeError> {
     if paths.len() > limits.max_entries {
-        return Err(TreeError::TooMany { limit: limits.max_entries });
+        return Err(TreeError::TooMany {
+            limit: limits.max_entries,
+        });
     }
     let dir = open(src_root)?;
     let mut total = 0u64;
@@ -218,7 +321,9 @@ pub fn copy_files(src_root: &Path, paths: &[String], dest: &Path, limits: TreeLi
         let bytes = read_in(&dir, rel, limits.max_file_bytes)?;
         total += bytes.len() as u64;
         if total > limits.max_total_bytes {
-            return Err(TreeError::TotalTooBig { limit: limits.max_total_bytes });
+            return Err(TreeError::TotalTooBig {
+                limit: limits.max_total_bytes,
+            });
         }
         let target = dest.join(rel);
         if let Some(parent) = target.parent() {
@@ -254,26 +359,66 @@ mod tests {
         let (_base, root) = tree();
         let entries = walk(&root, TreeLimits::default()).unwrap();
         let paths: Vec<&str> = entries.iter().map(|e| e.path.as_str()).collect();
-        assert_eq!(paths, ["a.txt", "abs", "planted", "sub", "sub/b.txt", "sub/escape_dir"]);
-        assert_eq!(entries[2].kind, EntryKind::Symlink { target: "../evaluator/secret.txt".into() });
-        assert_eq!(entries[5].kind, EntryKind::Symlink { target: "../../evaluator".into() });
+        assert_eq!(
+            paths,
+            [
+                "a.txt",
+                "abs",
+                "planted",
+                "sub",
+                "sub/b.txt",
+                "sub/escape_dir"
+            ]
+        );
+        assert_eq!(
+            entries[2].kind,
+            EntryKind::Symlink {
+                target: "../evaluator/secret.txt".into()
+            }
+        );
+        assert_eq!(
+            entries[5].kind,
+            EntryKind::Symlink {
+                target: "../../evaluator".into()
+            }
+        );
     }
 
     #[test]
     fn reads_refuse_links_escapes_and_big_files() {
         let (_base, root) = tree();
         assert_eq!(read_file(&root, "sub/b.txt", 100).unwrap(), b"world");
-        for (path, found) in [("planted", "symlink"), ("abs", "symlink"), ("sub", "directory")] {
-            assert_eq!(read_file(&root, path, 100), Err(TreeError::NotAFile { path: path.into(), found }));
+        for (path, found) in [
+            ("planted", "symlink"),
+            ("abs", "symlink"),
+            ("sub", "directory"),
+        ] {
+            assert_eq!(
+                read_file(&root, path, 100),
+                Err(TreeError::NotAFile {
+                    path: path.into(),
+                    found
+                })
+            );
         }
         assert_eq!(
             read_file(&root, "sub/escape_dir/secret.txt", 100),
-            Err(TreeError::NotAFile { path: "sub/escape_dir/secret.txt".into(), found: "symlink" })
+            Err(TreeError::NotAFile {
+                path: "sub/escape_dir/secret.txt".into(),
+                found: "symlink"
+            })
         );
-        assert!(matches!(read_file(&root, "../evaluator/secret.txt", 100), Err(TreeError::BadPath { .. })));
+        assert!(matches!(
+            read_file(&root, "../evaluator/secret.txt", 100),
+            Err(TreeError::BadPath { .. })
+        ));
         assert_eq!(
             read_file(&root, "a.txt", 3),
-            Err(TreeError::TooBig { path: "a.txt".into(), len: 5, limit: 3 })
+            Err(TreeError::TooBig {
+                path: "a.txt".into(),
+                len: 5,
+                limit: 3
+            })
         );
     }
 
@@ -281,23 +426,39 @@ mod tests {
     fn odd_names_and_limits_are_errors() {
         let base = tempfile::tempdir().unwrap();
         std::fs::write(base.path().join("line\nbreak"), "x").unwrap();
-        assert!(matches!(walk(base.path(), TreeLimits::default()), Err(TreeError::OddName { .. })));
+        assert!(matches!(
+            walk(base.path(), TreeLimits::default()),
+            Err(TreeError::OddName { .. })
+        ));
         let base = tempfile::tempdir().unwrap();
         for i in 0..5 {
             std::fs::write(base.path().join(format!("f{i}")), "x").unwrap();
         }
-        let limits = TreeLimits { max_entries: 3, ..TreeLimits::default() };
-        assert_eq!(walk(base.path(), limits), Err(TreeError::TooMany { limit: 3 }));
+        let limits = TreeLimits {
+            max_entries: 3,
+            ..TreeLimits::default()
+        };
+        assert_eq!(
+            walk(base.path(), limits),
+            Err(TreeError::TooMany { limit: 3 })
+        );
     }
 
     #[test]
     fn copy_takes_only_regular_files() {
         let (base, root) = tree();
         let dest = base.path().join("out");
-        let copied = copy_files(&root, &["sub/b.txt".into()], &dest, TreeLimits::default()).unwrap();
+        let copied =
+            copy_files(&root, &["sub/b.txt".into()], &dest, TreeLimits::default()).unwrap();
         assert_eq!(std::fs::read(&copied[0]).unwrap(), b"world");
         let err = copy_files(&root, &["planted".into()], &dest, TreeLimits::default()).unwrap_err();
-        assert_eq!(err, TreeError::NotAFile { path: "planted".into(), found: "symlink" });
+        assert_eq!(
+            err,
+            TreeError::NotAFile {
+                path: "planted".into(),
+                found: "symlink"
+            }
+        );
         assert!(!dest.join("planted").exists());
     }
 }

@@ -26,7 +26,12 @@ fn list_describe_check_and_run_built_in_operators() {
     let out = evolve(&["operator", "list", "--json"], here);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let greedy = list.as_array().unwrap().iter().find(|o| o["name"] == "greedy").expect("select/greedy listed");
+    let greedy = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["name"] == "greedy")
+        .expect("select/greedy listed");
     assert_eq!(greedy["stage"], "select");
     assert_eq!(greedy["sha256"].as_str().unwrap().len(), 64);
 
@@ -36,11 +41,23 @@ fn list_describe_check_and_run_built_in_operators() {
     // Sample archive: 1 and 2 tie at 0.667, 3 is not eligible: the first of the tie wins.
     assert_eq!(run["result"]["parents"], serde_json::json!(["1"]));
 
-    let out = evolve(&["operator", "check", "select/greedy", "--config", r#"{"bogus": "sk-SECRET"}"#], here);
+    let out = evolve(
+        &[
+            "operator",
+            "check",
+            "select/greedy",
+            "--config",
+            r#"{"bogus": "sk-SECRET"}"#,
+        ],
+        here,
+    );
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     assert!(err.contains("- bogus: unknown field"), "{err}");
-    assert!(!err.contains("sk-SECRET"), "a violation must not echo the value: {err}");
+    assert!(
+        !err.contains("sk-SECRET"),
+        "a violation must not echo the value: {err}"
+    );
 }
 
 #[test]
@@ -61,7 +78,11 @@ fn errors_name_the_problem_and_exit_2_on_usage() {
     std::fs::write(&core, b"\0asm\x01\0\0\0").unwrap();
     let out = evolve(&["operator", "describe", core.to_str().unwrap()], here);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("is a core WebAssembly module, not a component"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("is a core WebAssembly module, not a component"),
+        "{}",
+        text(&out.stderr)
+    );
 
     let out = evolve(&["operator", "bogus-command"], here);
     assert_eq!(out.status.code(), Some(2));
@@ -73,10 +94,23 @@ fn errors_name_the_problem_and_exit_2_on_usage() {
 fn scaffolded_crates_build_and_pass_their_tests() {
     let dir = tempfile::tempdir().unwrap();
     let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("scaffold-target");
-    for stage in ["select", "rollout", "analyze", "mutate", "validate", "novelty", "gate", "record", "reflect"] {
+    for stage in [
+        "select", "rollout", "analyze", "mutate", "validate", "novelty", "gate", "record",
+        "reflect",
+    ] {
         let name = format!("my_{stage}");
         let crate_dir = dir.path().join(&name);
-        let out = evolve(&["operator", "new", stage, &name, "--dir", crate_dir.to_str().unwrap()], dir.path());
+        let out = evolve(
+            &[
+                "operator",
+                "new",
+                stage,
+                &name,
+                "--dir",
+                crate_dir.to_str().unwrap(),
+            ],
+            dir.path(),
+        );
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 
         let out = Command::new(env!("CARGO_BIN_EXE_evolve"))

@@ -2,7 +2,9 @@
 //! its error paths, as the host sees them over the WIT boundary.
 
 use evolve::sandbox::types::{ConfigViolation, Stage};
-use evolve::sandbox::{Capabilities, Grants, Limits, LoadedOperator, Sandbox, SandboxConfig, StageInput, StageOutput};
+use evolve::sandbox::{
+    Capabilities, Grants, Limits, LoadedOperator, Sandbox, SandboxConfig, StageInput, StageOutput,
+};
 use serde_json::{Value, json};
 use std::path::Path;
 
@@ -10,26 +12,45 @@ fn load() -> (std::sync::Arc<Sandbox>, LoadedOperator) {
     let sb = Sandbox::new(SandboxConfig::default()).unwrap();
     let path = Path::new(evolve::builtin::TEST_COMPONENTS_DIR).join("tc_config_vocabulary.wasm");
     let bytes = std::fs::read(&path).unwrap();
-    let op = sb.load_bytes(Stage::Gate, &bytes, "config_vocabulary".into()).unwrap();
+    let op = sb
+        .load_bytes(Stage::Gate, &bytes, "config_vocabulary".into())
+        .unwrap();
     (sb, op)
 }
 
-async fn normalize(sb: &Sandbox, op: &LoadedOperator, raw: &str) -> Result<Value, Vec<(String, String)>> {
+async fn normalize(
+    sb: &Sandbox,
+    op: &LoadedOperator,
+    raw: &str,
+) -> Result<Value, Vec<(String, String)>> {
     let scratch = tempfile::tempdir().unwrap();
     let report = sb
-        .call(op, &Grants::scratch_only(scratch.path()), &Limits::default(), Capabilities::default(), StageInput::NormalizeConfig(raw.into()))
+        .call(
+            op,
+            &Grants::scratch_only(scratch.path()),
+            &Limits::default(),
+            Capabilities::default(),
+            StageInput::NormalizeConfig(raw.into()),
+        )
         .await;
-    match report.outcome.expect("normalize-config does not fail as a call") {
+    match report
+        .outcome
+        .expect("normalize-config does not fail as a call")
+    {
         StageOutput::NormalizedConfig(Ok(map)) => Ok(Value::Object(map)),
-        StageOutput::NormalizedConfig(Err(v)) => {
-            Err(v.into_iter().map(|ConfigViolation { path, message }| (path, message)).collect())
-        }
+        StageOutput::NormalizedConfig(Err(v)) => Err(v
+            .into_iter()
+            .map(|ConfigViolation { path, message }| (path, message))
+            .collect()),
         other => panic!("unexpected output {other:?}"),
     }
 }
 
 fn v(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-    pairs.iter().map(|(p, m)| (p.to_string(), m.to_string())).collect()
+    pairs
+        .iter()
+        .map(|(p, m)| (p.to_string(), m.to_string()))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -68,22 +89,45 @@ async fn every_violation_is_reported_sorted_by_path_without_values() {
         ])
     );
     for (_, message) in &got {
-        assert!(!message.contains("sk-SECRET"), "a message echoes a value: {message}");
+        assert!(
+            !message.contains("sk-SECRET"),
+            "a message echoes a value: {message}"
+        );
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refine_runs_once_fields_are_valid() {
     let (sb, op) = load();
-    let got = normalize(&sb, &op, r#"{"mode": "lenient", "history": 2, "window": 3}"#).await;
-    assert_eq!(got.unwrap_err(), v(&[("window", "must not exceed history")]));
-    let got = normalize(&sb, &op, r#"{"mode": "lenient", "history": 0, "window": 3}"#).await;
-    assert_eq!(got.unwrap_err(), v(&[("history", "must be >= 1")]), "refine must not run on invalid fields");
+    let got = normalize(
+        &sb,
+        &op,
+        r#"{"mode": "lenient", "history": 2, "window": 3}"#,
+    )
+    .await;
+    assert_eq!(
+        got.unwrap_err(),
+        v(&[("window", "must not exceed history")])
+    );
+    let got = normalize(
+        &sb,
+        &op,
+        r#"{"mode": "lenient", "history": 0, "window": 3}"#,
+    )
+    .await;
+    assert_eq!(
+        got.unwrap_err(),
+        v(&[("history", "must be >= 1")]),
+        "refine must not run on invalid fields"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_input_is_a_violation_not_a_failure() {
     let (sb, op) = load();
     assert_eq!(normalize(&sb, &op, "{not json").await.unwrap_err().len(), 1);
-    assert_eq!(normalize(&sb, &op, "[1, 2]").await.unwrap_err(), v(&[("", "must be an object")]));
+    assert_eq!(
+        normalize(&sb, &op, "[1, 2]").await.unwrap_err(),
+        v(&[("", "must be an object")])
+    );
 }

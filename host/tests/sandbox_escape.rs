@@ -319,17 +319,49 @@ async fn planted_symlinks_cannot_be_followed() {
     assert_eq!(
         links,
         [
-            ("link_inner", &EntryKind::Symlink { target: "file.txt".into() }),
-            ("link_rel", &EntryKind::Symlink { target: "../evaluator/secret.txt".into() }),
-            ("link_up", &EntryKind::Symlink { target: "..".into() }),
+            (
+                "link_inner",
+                &EntryKind::Symlink {
+                    target: "file.txt".into()
+                }
+            ),
+            (
+                "link_rel",
+                &EntryKind::Symlink {
+                    target: "../evaluator/secret.txt".into()
+                }
+            ),
+            (
+                "link_up",
+                &EntryKind::Symlink {
+                    target: "..".into()
+                }
+            ),
         ]
     );
     for path in ["link_rel", "link_inner", "link_up/evaluator/secret.txt"] {
         let err = safe_tree::read_file(&target, path, 1 << 20).unwrap_err();
-        assert!(matches!(err, TreeError::NotAFile { found: "symlink", .. }), "{path}: {err}");
+        assert!(
+            matches!(
+                err,
+                TreeError::NotAFile {
+                    found: "symlink",
+                    ..
+                }
+            ),
+            "{path}: {err}"
+        );
     }
     let copy_dest = fx.root.path().join("artifacts");
-    assert!(safe_tree::copy_files(&target, &["link_rel".into()], &copy_dest, TreeLimits::default()).is_err());
+    assert!(
+        safe_tree::copy_files(
+            &target,
+            &["link_rel".into()],
+            &copy_dest,
+            TreeLimits::default()
+        )
+        .is_err()
+    );
     assert!(!copy_dest.join("link_rel").exists());
     assert_eq!(
         before.changes(&fx.snapshot()),

@@ -50,7 +50,12 @@ pub struct CliError {
 
 impl CliError {
     pub fn usage(what: impl Into<String>) -> Self {
-        CliError { what: what.into(), place: None, hint: None, code: 2 }
+        CliError {
+            what: what.into(),
+            place: None,
+            hint: None,
+            code: 2,
+        }
     }
     pub fn at(mut self, place: impl Into<String>) -> Self {
         self.place = Some(place.into());
@@ -110,5 +115,8 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
 
 /// Print a JSON value, pretty.
 pub(crate) fn print_json(v: &serde_json::Value) {
-    println!("{}", serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string()));
+    println!(
+        "{}",
+        serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
+    );
 }

@@ -22,7 +22,9 @@ pub enum OperatorCommand {
         json: bool,
     },
     /// Show an operator's summary and configuration schema.
-    #[command(after_help = "Examples:\n  evolve operator describe select/greedy\n  evolve operator describe ./my_op.wasm --json")]
+    #[command(
+        after_help = "Examples:\n  evolve operator describe select/greedy\n  evolve operator describe ./my_op.wasm --json"
+    )]
     Describe {
         /// `stage/name` of a built-in operator, or the path of a component file.
         operator: String,
@@ -30,7 +32,9 @@ pub enum OperatorCommand {
         json: bool,
     },
     /// Normalize a configuration with the operator's own schema, or list every violation.
-    #[command(after_help = "Example:\n  evolve operator check select/greedy --config '{}'\n\nExit status: 0 valid, 1 violations, 2 usage errors.")]
+    #[command(
+        after_help = "Example:\n  evolve operator check select/greedy --config '{}'\n\nExit status: 0 valid, 1 violations, 2 usage errors."
+    )]
     Check {
         /// `stage/name` of a built-in operator, or the path of a component file.
         operator: String,
@@ -41,7 +45,9 @@ pub enum OperatorCommand {
         json: bool,
     },
     /// Run an operator once on sample input (a small archive and candidate) and print its result.
-    #[command(after_help = "Examples:\n  evolve operator run select/greedy\n  evolve operator run ./target/wasm32-wasip2/release/my_op.wasm --config '{\"k\": 2}'")]
+    #[command(
+        after_help = "Examples:\n  evolve operator run select/greedy\n  evolve operator run ./target/wasm32-wasip2/release/my_op.wasm --config '{\"k\": 2}'"
+    )]
     Run {
         /// `stage/name` of a built-in operator, or the path of a component file.
         operator: String,
@@ -58,7 +64,9 @@ pub enum OperatorCommand {
         json: bool,
     },
     /// Scaffold a new operator crate that compiles and passes its test.
-    #[command(after_help = "Example:\n  evolve operator new select my_picker\n\nInside this repository the crate goes to operators/<stage>/<name>/ and is built\nand embedded with the others; elsewhere it becomes a standalone crate in ./<name>/.")]
+    #[command(
+        after_help = "Example:\n  evolve operator new select my_picker\n\nInside this repository the crate goes to operators/<stage>/<name>/ and is built\nand embedded with the others; elsewhere it becomes a standalone crate in ./<name>/."
+    )]
     New {
         /// The lifecycle stage: select, rollout, analyze, mutate, validate, novelty, gate, record or reflect.
         stage: String,
@@ -69,7 +77,9 @@ pub enum OperatorCommand {
         dir: Option<PathBuf>,
     },
     /// Build an operator crate for wasm32-wasip2 and check the component against its stage's world.
-    #[command(after_help = "Examples:\n  evolve operator build operators/select/my_picker\n  evolve operator build        # every crate under operators/ in this repository")]
+    #[command(
+        after_help = "Examples:\n  evolve operator build operators/select/my_picker\n  evolve operator build        # every crate under operators/ in this repository"
+    )]
     Build {
         /// The crate's directory (default: every operator in this repository).
         path: Option<PathBuf>,
@@ -82,10 +92,18 @@ pub fn run(cmd: OperatorCommand) -> CliResult {
     match cmd {
         OperatorCommand::List { json } => list(json),
         OperatorCommand::Describe { operator, json } => describe(&operator, json),
-        OperatorCommand::Check { operator, config, json } => check(&operator, &config, json),
-        OperatorCommand::Run { operator, config, timeout, memory_mib, json } => {
-            run_sample(&operator, &config, timeout, memory_mib, json)
-        }
+        OperatorCommand::Check {
+            operator,
+            config,
+            json,
+        } => check(&operator, &config, json),
+        OperatorCommand::Run {
+            operator,
+            config,
+            timeout,
+            memory_mib,
+            json,
+        } => run_sample(&operator, &config, timeout, memory_mib, json),
         OperatorCommand::New { stage, name, dir } => scaffold::new_operator(&stage, &name, dir),
         OperatorCommand::Build { path, json } => build(path.as_deref(), json),
     }
@@ -94,41 +112,70 @@ pub fn run(cmd: OperatorCommand) -> CliResult {
 /// A sandbox with the user's on-disk compile cache when one can be used.
 fn sandbox() -> Result<Arc<Sandbox>, CliError> {
     let cache_dir = sandbox::default_cache_dir();
-    Sandbox::new(SandboxConfig { cache_dir: cache_dir.clone(), fuel: false })
-        .or_else(|e| {
-            eprintln!("evolve: note: compiling without the on-disk cache ({e:#})");
-            Sandbox::new(SandboxConfig::default())
-        })
-        .map_err(|e| CliError::usage(format!("cannot create the WebAssembly engine: {e:#}")))
+    Sandbox::new(SandboxConfig {
+        cache_dir: cache_dir.clone(),
+        fuel: false,
+    })
+    .or_else(|e| {
+        eprintln!("evolve: note: compiling without the on-disk cache ({e:#})");
+        Sandbox::new(SandboxConfig::default())
+    })
+    .map_err(|e| CliError::usage(format!("cannot create the WebAssembly engine: {e:#}")))
 }
 
 /// Resolve `stage/name` (built-in) or a component path.
 fn load(sb: &Sandbox, spec: &str) -> Result<LoadedOperator, CliError> {
     let as_path = Path::new(spec);
     if spec.ends_with(".wasm") || as_path.is_file() {
-        return sb.load_file_any_stage(as_path).map_err(|e| CliError { code: 1, ..CliError::usage(e.to_string()) });
+        return sb.load_file_any_stage(as_path).map_err(|e| CliError {
+            code: 1,
+            ..CliError::usage(e.to_string())
+        });
     }
     let Some((stage_text, name)) = spec.split_once('/') else {
-        return Err(CliError::usage(format!("`{spec}` is neither stage/name nor a component file"))
-            .hint("list the built-in operators with `evolve operator list`"));
+        return Err(CliError::usage(format!(
+            "`{spec}` is neither stage/name nor a component file"
+        ))
+        .hint("list the built-in operators with `evolve operator list`"));
     };
     let stage = parse_stage(stage_text).ok_or_else(|| {
-        CliError::usage(format!("unknown stage `{stage_text}`"))
-            .hint("stages: select, rollout, analyze, mutate, validate, novelty, gate, record, reflect")
+        CliError::usage(format!("unknown stage `{stage_text}`")).hint(
+            "stages: select, rollout, analyze, mutate, validate, novelty, gate, record, reflect",
+        )
     })?;
     let op = builtin::find(stage_text, name).ok_or_else(|| {
         CliError::usage(format!("no built-in operator `{spec}`")).hint("see `evolve operator list`")
     })?;
     sb.load_bytes(stage, op.bytes, format!("builtin:{spec}"))
-        .map_err(|e| CliError { code: 1, ..CliError::usage(e.to_string()) })
+        .map_err(|e| CliError {
+            code: 1,
+            ..CliError::usage(e.to_string())
+        })
 }
 
-fn meta_call(sb: &Sandbox, op: &LoadedOperator, input: StageInput) -> Result<StageOutput, CliError> {
-    let scratch = tempfile::tempdir().map_err(|e| CliError::usage(format!("cannot create a scratch directory: {e}")))?;
-    let limits = Limits { timeout: Duration::from_secs(10), ..Limits::default() };
+fn meta_call(
+    sb: &Sandbox,
+    op: &LoadedOperator,
+    input: StageInput,
+) -> Result<StageOutput, CliError> {
+    let scratch = tempfile::tempdir()
+        .map_err(|e| CliError::usage(format!("cannot create a scratch directory: {e}")))?;
+    let limits = Limits {
+        timeout: Duration::from_secs(10),
+        ..Limits::default()
+    };
     let rt = runtime()?;
-    let report = rt.block_on(sb.call(op, &Grants::scratch_only(scratch.path()), &limits, Capabilities::default(), input));
-    report.outcome.map_err(|f| CliError { code: 1, ..CliError::usage(f.to_string()).at(op.origin.clone()) })
+    let report = rt.block_on(sb.call(
+        op,
+        &Grants::scratch_only(scratch.path()),
+        &limits,
+        Capabilities::default(),
+        input,
+    ));
+    report.outcome.map_err(|f| CliError {
+        code: 1,
+        ..CliError::usage(f.to_string()).at(op.origin.clone())
+    })
 }
 
 fn describe_json(sb: &Sandbox, op: &LoadedOperator) -> Result<Value, CliError> {
@@ -151,14 +198,22 @@ fn list(json_out: bool) -> CliResult {
     } else {
         let width = rows.iter().map(|r| spec_of(r).len()).max().unwrap_or(0);
         for r in &rows {
-            println!("{:width$}  {}", spec_of(r), r["summary"].as_str().unwrap_or(""));
+            println!(
+                "{:width$}  {}",
+                spec_of(r),
+                r["summary"].as_str().unwrap_or("")
+            );
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
 fn spec_of(r: &Value) -> String {
-    format!("{}/{}", r["stage"].as_str().unwrap_or("?"), r["name"].as_str().unwrap_or("?"))
+    format!(
+        "{}/{}",
+        r["stage"].as_str().unwrap_or("?"),
+        r["name"].as_str().unwrap_or("?")
+    )
 }
 
 fn describe(spec: &str, json_out: bool) -> CliResult {
@@ -179,13 +234,19 @@ fn describe(spec: &str, json_out: bool) -> CliResult {
 
 fn capability_list(stage: Stage) -> String {
     let caps = sandbox::granted_capabilities(stage);
-    if caps.is_empty() { "no host capabilities".into() } else { caps.join(", ") }
+    if caps.is_empty() {
+        "no host capabilities".into()
+    } else {
+        caps.join(", ")
+    }
 }
 
 fn print_schema(schema: &Value) {
     let props = schema["properties"].as_object();
-    let required: Vec<&str> =
-        schema["required"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let required: Vec<&str> = schema["required"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
     match props {
         Some(p) if !p.is_empty() => {
             for (name, field) in p {
@@ -209,14 +270,19 @@ fn print_schema(schema: &Value) {
 
 fn read_config(text: &str) -> Result<String, CliError> {
     match text.strip_prefix('@') {
-        Some(path) => std::fs::read_to_string(path)
-            .map_err(|e| CliError::usage(format!("cannot read the configuration file: {e}")).at(path.to_string())),
+        Some(path) => std::fs::read_to_string(path).map_err(|e| {
+            CliError::usage(format!("cannot read the configuration file: {e}")).at(path.to_string())
+        }),
         None => Ok(text.to_string()),
     }
 }
 
 /// Normalize `raw` with the operator; violations are findings (exit 1).
-fn normalize(sb: &Sandbox, op: &LoadedOperator, raw: &str) -> Result<Result<String, Value>, CliError> {
+fn normalize(
+    sb: &Sandbox,
+    op: &LoadedOperator,
+    raw: &str,
+) -> Result<Result<String, Value>, CliError> {
     match meta_call(sb, op, StageInput::NormalizeConfig(raw.to_string()))? {
         StageOutput::NormalizedConfig(Ok(map)) => Ok(Ok(Value::Object(map).to_string())),
         other => Ok(Err(other.to_json())),
@@ -243,7 +309,10 @@ fn check(spec: &str, config: &str, json_out: bool) -> CliResult {
             } else {
                 eprintln!("evolve: the configuration of {spec} has violations:");
                 for v in violations["violations"].as_array().into_iter().flatten() {
-                    let path = v["path"].as_str().filter(|p| !p.is_empty()).unwrap_or("(config)");
+                    let path = v["path"]
+                        .as_str()
+                        .filter(|p| !p.is_empty())
+                        .unwrap_or("(config)");
                     eprintln!("- {path}: {}", v["message"].as_str().unwrap_or(""));
                 }
             }
@@ -252,24 +321,41 @@ fn check(spec: &str, config: &str, json_out: bool) -> CliResult {
     }
 }
 
-fn run_sample(spec: &str, config: &str, timeout: f64, memory_mib: usize, json_out: bool) -> CliResult {
+fn run_sample(
+    spec: &str,
+    config: &str,
+    timeout: f64,
+    memory_mib: usize,
+    json_out: bool,
+) -> CliResult {
     if !(timeout.is_finite() && timeout > 0.0) {
-        return Err(CliError::usage("--timeout must be a positive number of seconds"));
+        return Err(CliError::usage(
+            "--timeout must be a positive number of seconds",
+        ));
     }
     let sb = sandbox()?;
     let op = load(&sb, spec)?;
     let config = match normalize(&sb, &op, &read_config(config)?)? {
         Ok(c) => c,
         Err(_) => {
-            return Err(CliError { code: 1, ..CliError::usage("the configuration has violations") }
-                .hint(format!("see `evolve operator check {spec} --config …`")));
+            return Err(CliError {
+                code: 1,
+                ..CliError::usage("the configuration has violations")
+            }
+            .hint(format!("see `evolve operator check {spec} --config …`")));
         }
     };
-    let work = tempfile::tempdir().map_err(|e| CliError::usage(format!("cannot create a work directory: {e}")))?;
+    let work = tempfile::tempdir()
+        .map_err(|e| CliError::usage(format!("cannot create a work directory: {e}")))?;
     let checkout = work.path().join("candidate");
     let scratch = work.path().join("scratch");
-    for dir in [checkout.join("target"), checkout.join("operators"), scratch.clone()] {
-        std::fs::create_dir_all(&dir).map_err(|e| CliError::usage(format!("cannot prepare the sample: {e}")))?;
+    for dir in [
+        checkout.join("target"),
+        checkout.join("operators"),
+        scratch.clone(),
+    ] {
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| CliError::usage(format!("cannot prepare the sample: {e}")))?;
     }
     for (name, text) in samples::TARGET_FILES {
         std::fs::write(checkout.join("target").join(name), text)
@@ -278,10 +364,20 @@ fn run_sample(spec: &str, config: &str, timeout: f64, memory_mib: usize, json_ou
     let input = sample_input(op.stage, &config);
     let grants = Grants::for_stage(
         op.stage,
-        &GrantRequest { checkout: &checkout, operators_in_surface: false, scratch: &scratch, feedback: None },
+        &GrantRequest {
+            checkout: &checkout,
+            operators_in_surface: false,
+            scratch: &scratch,
+            feedback: None,
+        },
     );
-    let limits = Limits { timeout: Duration::from_secs_f64(timeout), memory_bytes: memory_mib << 20, ..Limits::default() };
-    let report = runtime()?.block_on(sb.call(&op, &grants, &limits, Capabilities::default(), input));
+    let limits = Limits {
+        timeout: Duration::from_secs_f64(timeout),
+        memory_bytes: memory_mib << 20,
+        ..Limits::default()
+    };
+    let report =
+        runtime()?.block_on(sb.call(&op, &grants, &limits, Capabilities::default(), input));
     let stderr = String::from_utf8_lossy(&report.stderr.bytes).to_string();
     match report.outcome {
         Ok(out) => {
@@ -305,7 +401,10 @@ fn run_sample(spec: &str, config: &str, timeout: f64, memory_mib: usize, json_ou
             if !stderr.trim().is_empty() {
                 eprintln!("{}", stderr.trim_end());
             }
-            Err(CliError { code: 1, ..CliError::usage(format!("{} [{}]", failure, failure.kind())).at(op.origin) })
+            Err(CliError {
+                code: 1,
+                ..CliError::usage(format!("{} [{}]", failure, failure.kind())).at(op.origin)
+            })
         }
     }
 }
@@ -313,16 +412,39 @@ fn run_sample(spec: &str, config: &str, timeout: f64, memory_mib: usize, json_ou
 fn sample_input(stage: Stage, config: &str) -> StageInput {
     let ctx = |parent: Option<&str>| samples::context(config, parent);
     match stage {
-        Stage::Select => StageInput::Select { ctx: ctx(None), archive: samples::archive() },
-        Stage::Rollout => StageInput::Rollout { ctx: ctx(Some("1")), parent: samples::parent() },
-        Stage::Analyze => StageInput::Analyze { ctx: ctx(Some("1")), rollout: samples::evidence() },
-        Stage::Mutate => StageInput::Mutate { ctx: ctx(Some("1")), observation: samples::observation() },
-        Stage::Validate => {
-            StageInput::Validate { ctx: ctx(Some("1")), changed: vec!["target/params.json".into()] }
-        }
-        Stage::Novelty => StageInput::Novelty { ctx: ctx(Some("1")), diff: samples::diff() },
-        Stage::Gate => StageInput::Gate { ctx: ctx(Some("1")), child: samples::child(), parent: Some(samples::parent()) },
-        Stage::Record => StageInput::Record { ctx: ctx(Some("1")), child: samples::child() },
+        Stage::Select => StageInput::Select {
+            ctx: ctx(None),
+            archive: samples::archive(),
+        },
+        Stage::Rollout => StageInput::Rollout {
+            ctx: ctx(Some("1")),
+            parent: samples::parent(),
+        },
+        Stage::Analyze => StageInput::Analyze {
+            ctx: ctx(Some("1")),
+            rollout: samples::evidence(),
+        },
+        Stage::Mutate => StageInput::Mutate {
+            ctx: ctx(Some("1")),
+            observation: samples::observation(),
+        },
+        Stage::Validate => StageInput::Validate {
+            ctx: ctx(Some("1")),
+            changed: vec!["target/params.json".into()],
+        },
+        Stage::Novelty => StageInput::Novelty {
+            ctx: ctx(Some("1")),
+            diff: samples::diff(),
+        },
+        Stage::Gate => StageInput::Gate {
+            ctx: ctx(Some("1")),
+            child: samples::child(),
+            parent: Some(samples::parent()),
+        },
+        Stage::Record => StageInput::Record {
+            ctx: ctx(Some("1")),
+            child: samples::child(),
+        },
         Stage::Reflect => StageInput::Reflect {
             ctx: ctx(None),
             archive: samples::archive(),
@@ -348,7 +470,12 @@ fn build(path: Option<&Path>, json_out: bool) -> CliResult {
         }
         v["component"] = json!(wasm.display().to_string());
         if !json_out {
-            eprintln!("built {} -> {} ({} world ok)", manifest.display(), wasm.display(), stage_name(op.stage));
+            eprintln!(
+                "built {} -> {} ({} world ok)",
+                manifest.display(),
+                wasm.display(),
+                stage_name(op.stage)
+            );
         }
         results.push(v);
     }

@@ -15,10 +15,20 @@ pub fn context(config: &str, parent: Option<&str>) -> CallContext {
 }
 
 fn trial(repetition: u32, reward: f64) -> Trial {
-    Trial { repetition, status: TrialStatus::BenchmarkComplete, reward: Some(reward) }
+    Trial {
+        repetition,
+        status: TrialStatus::BenchmarkComplete,
+        reward: Some(reward),
+    }
 }
 
-fn row(id: &str, parent: Option<&str>, generation: u32, score: f64, rewards: [f64; 3]) -> ArchiveRow {
+fn row(
+    id: &str,
+    parent: Option<&str>,
+    generation: u32,
+    score: f64,
+    rewards: [f64; 3],
+) -> ArchiveRow {
     ArchiveRow {
         generation_id: id.into(),
         parent: parent.map(str::to_string),
@@ -31,7 +41,10 @@ fn row(id: &str, parent: Option<&str>, generation: u32, score: f64, rewards: [f6
         task_vector: ["private-1", "private-2", "private-3"]
             .iter()
             .zip(rewards)
-            .map(|(t, r)| TaskScore { task: t.to_string(), trials: vec![trial(0, r)] })
+            .map(|(t, r)| TaskScore {
+                task: t.to_string(),
+                trials: vec![trial(0, r)],
+            })
             .collect(),
         cost_usd: 0.0,
         annotations: "{}".into(),
@@ -75,7 +88,10 @@ pub fn observation() -> Observation {
         rollout: Some(evidence()),
         analysis: None,
         feedback_dir: None,
-        surface: Surface { includes: vec!["target/**".into()], excludes: vec![] },
+        surface: Surface {
+            includes: vec!["target/**".into()],
+            excludes: vec![],
+        },
     }
 }
 

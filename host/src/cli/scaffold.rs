@@ -8,43 +8,64 @@ use std::process::{Command, ExitCode, Stdio};
 /// This repository's root, as compiled in. Used to find the SDK for scaffolds and the
 /// operator crates for `evolve operator build` without arguments.
 fn source_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
 }
 
 fn is_repository(dir: &Path) -> bool {
     dir.join("sdk-rust").is_dir() && dir.join("operators").is_dir() && dir.join("wit").is_dir()
 }
 
-pub fn new_operator(stage_text: &str, name: &str, dir: Option<PathBuf>) -> Result<ExitCode, CliError> {
+pub fn new_operator(
+    stage_text: &str,
+    name: &str,
+    dir: Option<PathBuf>,
+) -> Result<ExitCode, CliError> {
     parse_stage(stage_text).ok_or_else(|| {
-        CliError::usage(format!("unknown stage `{stage_text}`"))
-            .hint("stages: select, rollout, analyze, mutate, validate, novelty, gate, record, reflect")
+        CliError::usage(format!("unknown stage `{stage_text}`")).hint(
+            "stages: select, rollout, analyze, mutate, validate, novelty, gate, record, reflect",
+        )
     })?;
     let valid_name = !name.is_empty()
         && name.len() <= 64
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
     if !valid_name {
-        return Err(CliError::usage(format!("operator name `{name}` must be 1-64 characters of [a-z0-9_]")));
+        return Err(CliError::usage(format!(
+            "operator name `{name}` must be 1-64 characters of [a-z0-9_]"
+        )));
     }
-    let cwd = std::env::current_dir().map_err(|e| CliError::usage(format!("no current directory: {e}")))?;
+    let cwd = std::env::current_dir()
+        .map_err(|e| CliError::usage(format!("no current directory: {e}")))?;
     let in_repo = is_repository(&cwd);
     let dir = dir.unwrap_or_else(|| {
-        if in_repo { cwd.join("operators").join(stage_text).join(name) } else { cwd.join(name) }
+        if in_repo {
+            cwd.join("operators").join(stage_text).join(name)
+        } else {
+            cwd.join(name)
+        }
     });
     if dir.exists() {
-        return Err(CliError::usage("the directory already exists; nothing was written")
-            .at(dir.display().to_string())
-            .hint("choose another name or --dir"));
+        return Err(
+            CliError::usage("the directory already exists; nothing was written")
+                .at(dir.display().to_string())
+                .hint("choose another name or --dir"),
+        );
     }
     let inside_workspace = in_repo && dir.starts_with(cwd.join("operators"));
     let manifest = manifest(stage_text, name, inside_workspace);
     let source = template(stage_text, name);
     let write = |path: PathBuf, text: String| {
-        std::fs::write(&path, text)
-            .map_err(|e| CliError::usage(format!("cannot write: {e}")).at(path.display().to_string()))
+        std::fs::write(&path, text).map_err(|e| {
+            CliError::usage(format!("cannot write: {e}")).at(path.display().to_string())
+        })
     };
-    std::fs::create_dir_all(dir.join("src"))
-        .map_err(|e| CliError::usage(format!("cannot create: {e}")).at(dir.display().to_string()))?;
+    std::fs::create_dir_all(dir.join("src")).map_err(|e| {
+        CliError::usage(format!("cannot create: {e}")).at(dir.display().to_string())
+    })?;
     write(dir.join("Cargo.toml"), manifest)?;
     write(dir.join("src/lib.rs"), source)?;
     println!("created {}", dir.display());
@@ -81,7 +102,11 @@ fn template(stage: &str, name: &str) -> String {
         .filter(|s| !s.is_empty())
         .map(|s| s[..1].to_uppercase() + &s[1..])
         .collect::<String>();
-    let ty = if ty.chars().next().is_some_and(|c| c.is_ascii_digit()) { format!("Op{ty}") } else { ty };
+    let ty = if ty.chars().next().is_some_and(|c| c.is_ascii_digit()) {
+        format!("Op{ty}")
+    } else {
+        ty
+    };
     let (trait_name, body, test) = stage_body(stage);
     format!(
         "//! {stage}/{name}: TODO one line on what this operator does.\n\n\
@@ -177,10 +202,15 @@ fn stage_body(stage: &str) -> (&'static str, &'static str, &'static str) {
 pub fn repository_operator_manifests() -> Result<Vec<PathBuf>, CliError> {
     let root = source_root();
     let mut out = Vec::new();
-    let stages = std::fs::read_dir(root.join("operators"))
-        .map_err(|e| CliError::usage(format!("cannot list operators: {e}")).at(root.display().to_string()))?;
+    let stages = std::fs::read_dir(root.join("operators")).map_err(|e| {
+        CliError::usage(format!("cannot list operators: {e}")).at(root.display().to_string())
+    })?;
     for stage in stages.flatten() {
-        for op in std::fs::read_dir(stage.path()).into_iter().flatten().flatten() {
+        for op in std::fs::read_dir(stage.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             let manifest = op.path().join("Cargo.toml");
             if manifest.is_file() {
                 out.push(manifest);
@@ -198,30 +228,50 @@ pub fn cargo_build_component(manifest: &Path) -> Result<PathBuf, CliError> {
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let output = Command::new(cargo)
-        .args(["build", "--release", "--target", "wasm32-wasip2", "--message-format=json-render-diagnostics"])
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--message-format=json-render-diagnostics",
+        ])
         .arg("--manifest-path")
         .arg(manifest)
         .stderr(Stdio::inherit())
         .output()
         .map_err(|e| CliError::usage(format!("cannot run cargo: {e}")))?;
     if !output.status.success() {
-        return Err(CliError { code: 1, ..CliError::usage("the build failed (errors above)") }
-            .at(manifest.display().to_string())
-            .hint("if the target is missing: rustup target add wasm32-wasip2"));
+        return Err(CliError {
+            code: 1,
+            ..CliError::usage("the build failed (errors above)")
+        }
+        .at(manifest.display().to_string())
+        .hint("if the target is missing: rustup target add wasm32-wasip2"));
     }
     let stdout = String::from_utf8_lossy(&output.stdout);
     let wanted = std::fs::canonicalize(manifest).unwrap_or_else(|_| manifest.to_path_buf());
     for line in stdout.lines() {
-        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else { continue };
-        let is_ours = msg["manifest_path"].as_str().map(PathBuf::from).as_deref() == Some(wanted.as_path());
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let is_ours =
+            msg["manifest_path"].as_str().map(PathBuf::from).as_deref() == Some(wanted.as_path());
         if msg["reason"] == "compiler-artifact" && is_ours {
-            let wasm = msg["filenames"].as_array().into_iter().flatten().filter_map(|f| f.as_str()).find(|f| f.ends_with(".wasm"));
+            let wasm = msg["filenames"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|f| f.as_str())
+                .find(|f| f.ends_with(".wasm"));
             if let Some(w) = wasm {
                 return Ok(PathBuf::from(w));
             }
         }
     }
-    Err(CliError { code: 1, ..CliError::usage("cargo built no .wasm component") }
-        .at(manifest.display().to_string())
-        .hint("the crate needs `[lib] crate-type = [\"cdylib\"]`"))
+    Err(CliError {
+        code: 1,
+        ..CliError::usage("cargo built no .wasm component")
+    }
+    .at(manifest.display().to_string())
+    .hint("the crate needs `[lib] crate-type = [\"cdylib\"]`"))
 }

@@ -49,7 +49,10 @@ struct DiskCache {
 
 impl CompileCache {
     pub fn memory_only() -> Self {
-        CompileCache { memory: Mutex::new(HashMap::new()), disk: None }
+        CompileCache {
+            memory: Mutex::new(HashMap::new()),
+            disk: None,
+        }
     }
 
     /// A cache that also persists to `dir` (created with mode 0700 if missing).
@@ -64,7 +67,11 @@ impl CompileCache {
         };
         Ok(CompileCache {
             memory: Mutex::new(HashMap::new()),
-            disk: Some(DiskCache { dir: dir.to_path_buf(), key, engine_tag }),
+            disk: Some(DiskCache {
+                dir: dir.to_path_buf(),
+                key,
+                engine_tag,
+            }),
         })
     }
 
@@ -104,7 +111,10 @@ impl CompileCache {
 impl DiskCache {
     fn paths(&self, digest: &ComponentDigest) -> (PathBuf, PathBuf) {
         let stem = format!("{}-{}", hex(digest), self.engine_tag);
-        (self.dir.join(format!("{stem}.cwasm")), self.dir.join(format!("{stem}.mac")))
+        (
+            self.dir.join(format!("{stem}.cwasm")),
+            self.dir.join(format!("{stem}.mac")),
+        )
     }
 
     /// The MAC binds the compiled bytes to the component digest and engine they were
@@ -147,7 +157,10 @@ fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
 
 fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
     fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
 }
 
@@ -160,7 +173,12 @@ fn load_or_create_key(path: &Path) -> std::io::Result<[u8; 32]> {
     }
     let mut key = [0u8; 32];
     getrandom::fill(&mut key).map_err(|e| std::io::Error::other(e.to_string()))?;
-    let mut f = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
     f.write_all(&key)?;
     f.sync_all()?;
     Ok(key)

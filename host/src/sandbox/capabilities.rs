@@ -34,7 +34,10 @@ pub struct Capabilities {
 
 impl Default for Capabilities {
     fn default() -> Self {
-        Capabilities { model: Arc::new(NoModel), tasks: Arc::new(NoTasks) }
+        Capabilities {
+            model: Arc::new(NoModel),
+            tasks: Arc::new(NoTasks),
+        }
     }
 }
 
@@ -60,7 +63,9 @@ impl TaskBackend for NoTasks {
     }
     fn run(&self, _: RunRequest) -> BoxFuture<'_, Result<Vec<TrialReport>, TasksError>> {
         Box::pin(async {
-            Err(TasksError::Unavailable("no train tasks are available to this call".into()))
+            Err(TasksError::Unavailable(
+                "no train tasks are available to this call".into(),
+            ))
         })
     }
 }
@@ -82,7 +87,9 @@ impl tasks::Host for Capabilities {
         // a message that does not say whether the name exists elsewhere.
         let train = self.tasks.train_tasks();
         if let Some(bad) = request.tasks.iter().find(|t| !train.contains(t)) {
-            return Err(TasksError::UnknownTask(format!("`{bad}` is not a train task")));
+            return Err(TasksError::UnknownTask(format!(
+                "`{bad}` is not a train task"
+            )));
         }
         if request.tasks.is_empty() || request.repetitions == 0 {
             return Err(TasksError::InvalidRequest(

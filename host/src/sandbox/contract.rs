@@ -45,7 +45,11 @@ impl fmt::Display for ContractError {
                 "exports no {PACKAGE} stage interface; export one with evolve_operator_sdk::export!"
             ),
             ContractError::WrongWorld { exported } => {
-                write!(f, "exports the {} world, not this stage's", exported.join(" and "))
+                write!(
+                    f,
+                    "exports the {} world, not this stage's",
+                    exported.join(" and ")
+                )
             }
             ContractError::MissingExport(name) => write!(f, "does not export `{name}`"),
             ContractError::ForbiddenImport { import, stage } => write!(
@@ -54,7 +58,10 @@ impl fmt::Display for ContractError {
                 stage_name(*stage)
             ),
             ContractError::UnknownImport(name) => {
-                write!(f, "imports `{name}`, which is neither WASI nor part of {PACKAGE}")
+                write!(
+                    f,
+                    "imports `{name}`, which is neither WASI nor part of {PACKAGE}"
+                )
             }
         }
     }
@@ -120,9 +127,16 @@ fn interface(name: &str) -> String {
 }
 
 /// Check a compiled component's exports and imports against `stage`'s world.
-pub fn check_world(engine: &Engine, component: &Component, stage: Stage) -> Result<(), ContractError> {
+pub fn check_world(
+    engine: &Engine,
+    component: &Component,
+    stage: Stage,
+) -> Result<(), ContractError> {
     let ty = component.component_type();
-    let exports: Vec<String> = ty.exports(engine).map(|(name, _)| name.to_string()).collect();
+    let exports: Vec<String> = ty
+        .exports(engine)
+        .map(|(name, _)| name.to_string())
+        .collect();
     check_exports(&exports, stage)?;
     for (name, _) in ty.imports(engine) {
         check_import(name, stage)?;
@@ -132,9 +146,15 @@ pub fn check_world(engine: &Engine, component: &Component, stage: Stage) -> Resu
 
 /// The stages whose interface a component exports (normally exactly one).
 pub fn exported_stages(engine: &Engine, component: &Component) -> Vec<Stage> {
-    let exports: Vec<String> =
-        component.component_type().exports(engine).map(|(name, _)| name.to_string()).collect();
-    ALL_STAGES.into_iter().filter(|s| exports.contains(&interface(stage_name(*s)))).collect()
+    let exports: Vec<String> = component
+        .component_type()
+        .exports(engine)
+        .map(|(name, _)| name.to_string())
+        .collect();
+    ALL_STAGES
+        .into_iter()
+        .filter(|s| exports.contains(&interface(stage_name(*s))))
+        .collect()
 }
 
 fn check_exports(exports: &[String], stage: Stage) -> Result<(), ContractError> {
@@ -143,7 +163,11 @@ fn check_exports(exports: &[String], stage: Stage) -> Result<(), ContractError> 
         .find(|e| e.starts_with(&format!("{PACKAGE}/")) && !e.ends_with(&format!("@{VERSION}")))
     {
         let found = other.split('/').next().unwrap_or(PACKAGE).to_string()
-            + other.rsplit_once('@').map(|(_, v)| format!("@{v}")).as_deref().unwrap_or("");
+            + other
+                .rsplit_once('@')
+                .map(|(_, v)| format!("@{v}"))
+                .as_deref()
+                .unwrap_or("");
         return Err(ContractError::OtherVersion { found });
     }
     let wanted = interface(stage_name(stage));
@@ -171,13 +195,18 @@ fn check_import(name: &str, stage: Stage) -> Result<(), ContractError> {
     };
     let (iface, version) = rest.split_once('@').unwrap_or((rest, ""));
     if version != VERSION {
-        return Err(ContractError::OtherVersion { found: format!("{PACKAGE}@{version}") });
+        return Err(ContractError::OtherVersion {
+            found: format!("{PACKAGE}@{version}"),
+        });
     }
     if iface == "types" || granted_capabilities(stage).contains(&iface) {
         return Ok(());
     }
     if ["model", "tasks"].contains(&iface) {
-        return Err(ContractError::ForbiddenImport { import: name.to_string(), stage });
+        return Err(ContractError::ForbiddenImport {
+            import: name.to_string(),
+            stage,
+        });
     }
     Err(ContractError::UnknownImport(name.to_string()))
 }
@@ -188,7 +217,10 @@ mod tests {
 
     #[test]
     fn header_tells_core_modules_from_components() {
-        assert_eq!(check_header(b"\0asm\x01\0\0\0"), Err(ContractError::CoreModule));
+        assert_eq!(
+            check_header(b"\0asm\x01\0\0\0"),
+            Err(ContractError::CoreModule)
+        );
         assert_eq!(check_header(b"\0asm\x0d\0\x01\0"), Ok(()));
         assert_eq!(check_header(b"#!/bin/sh\n"), Err(ContractError::NotWasm));
         assert_eq!(check_header(b""), Err(ContractError::NotWasm));
@@ -200,15 +232,22 @@ mod tests {
         let mutate = ex(&["evolve:operator/meta@0.1.0", "evolve:operator/mutate@0.1.0"]);
         assert_eq!(check_exports(&mutate, Stage::Mutate), Ok(()));
         let err = check_exports(&mutate, Stage::Select).unwrap_err();
-        assert_eq!(err.to_string(), "exports the `mutate` world, not this stage's");
+        assert_eq!(
+            err.to_string(),
+            "exports the `mutate` world, not this stage's"
+        );
         let no_meta = ex(&["evolve:operator/select@0.1.0"]);
         assert_eq!(
             check_exports(&no_meta, Stage::Select),
-            Err(ContractError::MissingExport("evolve:operator/meta@0.1.0".into()))
+            Err(ContractError::MissingExport(
+                "evolve:operator/meta@0.1.0".into()
+            ))
         );
         let newer = ex(&["evolve:operator/meta@0.2.0", "evolve:operator/select@0.2.0"]);
         assert_eq!(
-            check_exports(&newer, Stage::Select).unwrap_err().to_string(),
+            check_exports(&newer, Stage::Select)
+                .unwrap_err()
+                .to_string(),
             "was built against contract evolve:operator@0.2.0; this host speaks evolve:operator@0.1.0"
         );
     }
@@ -216,14 +255,24 @@ mod tests {
     #[test]
     fn imports_are_limited_to_the_world() {
         assert_eq!(check_import("wasi:cli/stdout@0.2.6", Stage::Select), Ok(()));
-        assert_eq!(check_import("evolve:operator/types@0.1.0", Stage::Select), Ok(()));
-        assert_eq!(check_import("evolve:operator/model@0.1.0", Stage::Mutate), Ok(()));
         assert_eq!(
-            check_import("evolve:operator/model@0.1.0", Stage::Select).unwrap_err().to_string(),
+            check_import("evolve:operator/types@0.1.0", Stage::Select),
+            Ok(())
+        );
+        assert_eq!(
+            check_import("evolve:operator/model@0.1.0", Stage::Mutate),
+            Ok(())
+        );
+        assert_eq!(
+            check_import("evolve:operator/model@0.1.0", Stage::Select)
+                .unwrap_err()
+                .to_string(),
             "imports `evolve:operator/model@0.1.0`, which the select world does not grant"
         );
         assert_eq!(
-            check_import("evil:net/raw@1.0.0", Stage::Gate).unwrap_err().to_string(),
+            check_import("evil:net/raw@1.0.0", Stage::Gate)
+                .unwrap_err()
+                .to_string(),
             "imports `evil:net/raw@1.0.0`, which is neither WASI nor part of evolve:operator"
         );
     }

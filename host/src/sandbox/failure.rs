@@ -23,7 +23,9 @@ pub enum LoadErrorKind {
 impl fmt::Display for LoadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.kind {
-            LoadErrorKind::Unreadable(why) => write!(f, "operator {}: cannot be read: {why}", self.origin),
+            LoadErrorKind::Unreadable(why) => {
+                write!(f, "operator {}: cannot be read: {why}", self.origin)
+            }
             LoadErrorKind::Contract(e) => write!(f, "operator {} {e}", self.origin),
         }
     }
@@ -37,11 +39,19 @@ pub enum OperatorFailure {
     /// The operator returned an error through its interface.
     Reported(String),
     /// The guest trapped; `panic` is the guest's panic message when it printed one.
-    Trap { trap: String, panic: Option<String> },
+    Trap {
+        trap: String,
+        panic: Option<String>,
+    },
     /// It ran past its deadline (in wasm code, or blocked in a host call).
-    Timeout { limit: Duration, in_host_call: bool },
+    Timeout {
+        limit: Duration,
+        in_host_call: bool,
+    },
     /// It tried to grow its memory past the cap.
-    OutOfMemory { limit: usize },
+    OutOfMemory {
+        limit: usize,
+    },
     StackOverflow,
     /// It used up its fuel (instruction budget).
     OutOfFuel,
@@ -74,21 +84,41 @@ impl fmt::Display for OperatorFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             OperatorFailure::Reported(m) => write!(f, "the operator reported an error: {m}"),
-            OperatorFailure::Trap { trap, panic: Some(p) } => write!(f, "the operator panicked: {p} ({trap})"),
-            OperatorFailure::Trap { trap, panic: None } => write!(f, "the operator trapped: {trap}"),
-            OperatorFailure::Timeout { limit, in_host_call } => write!(
+            OperatorFailure::Trap {
+                trap,
+                panic: Some(p),
+            } => write!(f, "the operator panicked: {p} ({trap})"),
+            OperatorFailure::Trap { trap, panic: None } => {
+                write!(f, "the operator trapped: {trap}")
+            }
+            OperatorFailure::Timeout {
+                limit,
+                in_host_call,
+            } => write!(
                 f,
                 "the operator ran past its {:.1} s deadline{}",
                 limit.as_secs_f64(),
-                if *in_host_call { " (while blocked in a host call)" } else { "" }
+                if *in_host_call {
+                    " (while blocked in a host call)"
+                } else {
+                    ""
+                }
             ),
             OperatorFailure::OutOfMemory { limit } => {
-                write!(f, "the operator exceeded its memory cap of {} MiB", limit >> 20)
+                write!(
+                    f,
+                    "the operator exceeded its memory cap of {} MiB",
+                    limit >> 20
+                )
             }
             OperatorFailure::StackOverflow => write!(f, "the operator overflowed its stack"),
             OperatorFailure::OutOfFuel => write!(f, "the operator used up its fuel"),
-            OperatorFailure::MalformedResult(m) => write!(f, "the operator returned a malformed result: {m}"),
-            OperatorFailure::ContractMismatch(m) => write!(f, "the operator breaks the contract: {m}"),
+            OperatorFailure::MalformedResult(m) => {
+                write!(f, "the operator returned a malformed result: {m}")
+            }
+            OperatorFailure::ContractMismatch(m) => {
+                write!(f, "the operator breaks the contract: {m}")
+            }
             OperatorFailure::Host(m) => write!(f, "the host could not run the operator: {m}"),
         }
     }
@@ -105,7 +135,12 @@ pub(crate) fn classify(
     use wasmtime::Trap;
     let trap = err.downcast_ref::<Trap>();
     match trap {
-        Some(Trap::Interrupt) => return OperatorFailure::Timeout { limit: timeout, in_host_call: false },
+        Some(Trap::Interrupt) => {
+            return OperatorFailure::Timeout {
+                limit: timeout,
+                in_host_call: false,
+            };
+        }
         Some(Trap::OutOfFuel) => return OperatorFailure::OutOfFuel,
         Some(Trap::StackOverflow) => return OperatorFailure::StackOverflow,
         _ => {}
@@ -116,8 +151,14 @@ pub(crate) fn classify(
         return OperatorFailure::OutOfMemory { limit: memory_cap };
     }
     match trap {
-        Some(t) => OperatorFailure::Trap { trap: t.to_string(), panic: panic_message(stderr) },
-        None => OperatorFailure::Trap { trap: format!("{err:#}"), panic: panic_message(stderr) },
+        Some(t) => OperatorFailure::Trap {
+            trap: t.to_string(),
+            panic: panic_message(stderr),
+        },
+        None => OperatorFailure::Trap {
+            trap: format!("{err:#}"),
+            panic: panic_message(stderr),
+        },
     }
 }
 
@@ -128,10 +169,22 @@ pub fn panic_message(stderr: &[u8]) -> Option<String> {
     let start = text.find("panicked at ")?;
     let after = &text[start..];
     let body = after.split_once('\n').map(|(_, rest)| rest)?;
-    let msg: Vec<&str> = body.lines().take_while(|l| !l.starts_with("note: ")).collect();
+    let msg: Vec<&str> = body
+        .lines()
+        .take_while(|l| !l.starts_with("note: "))
+        .collect();
     let msg = msg.join("\n").trim().to_string();
-    let location = after.lines().next().unwrap_or("").trim_start_matches("panicked at ").trim_end_matches(':');
-    Some(if location.is_empty() { msg } else { format!("{msg} (at {location})") })
+    let location = after
+        .lines()
+        .next()
+        .unwrap_or("")
+        .trim_start_matches("panicked at ")
+        .trim_end_matches(':');
+    Some(if location.is_empty() {
+        msg
+    } else {
+        format!("{msg} (at {location})")
+    })
 }
 
 #[cfg(test)]

@@ -10,15 +10,44 @@ use serde_json::{Map, Value};
 pub enum StageInput {
     Describe,
     NormalizeConfig(String),
-    Select { ctx: CallContext, archive: ArchiveView },
-    Rollout { ctx: CallContext, parent: ArchiveRow },
-    Analyze { ctx: CallContext, rollout: Evidence },
-    Mutate { ctx: CallContext, observation: Observation },
-    Validate { ctx: CallContext, changed: Vec<String> },
-    Novelty { ctx: CallContext, diff: CandidateDiff },
-    Gate { ctx: CallContext, child: ArchiveRow, parent: Option<ArchiveRow> },
-    Record { ctx: CallContext, child: ArchiveRow },
-    Reflect { ctx: CallContext, archive: ArchiveView, playbook: Vec<PlaybookEntry> },
+    Select {
+        ctx: CallContext,
+        archive: ArchiveView,
+    },
+    Rollout {
+        ctx: CallContext,
+        parent: ArchiveRow,
+    },
+    Analyze {
+        ctx: CallContext,
+        rollout: Evidence,
+    },
+    Mutate {
+        ctx: CallContext,
+        observation: Observation,
+    },
+    Validate {
+        ctx: CallContext,
+        changed: Vec<String>,
+    },
+    Novelty {
+        ctx: CallContext,
+        diff: CandidateDiff,
+    },
+    Gate {
+        ctx: CallContext,
+        child: ArchiveRow,
+        parent: Option<ArchiveRow>,
+    },
+    Record {
+        ctx: CallContext,
+        child: ArchiveRow,
+    },
+    Reflect {
+        ctx: CallContext,
+        archive: ArchiveView,
+        playbook: Vec<PlaybookEntry>,
+    },
 }
 
 impl StageInput {
@@ -59,9 +88,8 @@ impl StageOutput {
     /// The result as JSON, for the CLI and for run directories.
     pub fn to_json(&self) -> Value {
         use serde_json::json;
-        let evidence = |e: &Evidence| {
-            json!({"summary": parse_or_text(&e.summary), "artifacts": e.artifacts})
-        };
+        let evidence =
+            |e: &Evidence| json!({"summary": parse_or_text(&e.summary), "artifacts": e.artifacts});
         match self {
             StageOutput::Description(d) => json!({
                 "stage": super::contract::stage_name(d.stage),
@@ -78,7 +106,9 @@ impl StageOutput {
                 "changed": p.changed, "notes": p.notes,
                 "usage": {"input_tokens": p.usage.input_tokens, "output_tokens": p.usage.output_tokens, "usd": p.usage.usd},
             }),
-            StageOutput::Validation(v) => json!({"accept": v.accept, "reason": v.reason, "artifacts": v.artifacts}),
+            StageOutput::Validation(v) => {
+                json!({"accept": v.accept, "reason": v.reason, "artifacts": v.artifacts})
+            }
             StageOutput::Novelty(n) => json!({"novelty": n.novelty, "accept": n.accept}),
             StageOutput::Gate(g) => json!({
                 "verdict": match g.verdict { Verdict::Keep => "keep", Verdict::Discard => "discard" },
@@ -93,8 +123,12 @@ impl StageOutput {
 fn playbook_op_json(op: &PlaybookOp) -> Value {
     use serde_json::json;
     match op {
-        PlaybookOp::Add(e) => json!({"op": "add", "id": e.id, "text": e.text, "data": parse_or_text(&e.data)}),
-        PlaybookOp::Credit(c) => json!({"op": "credit", "id": c.id, "delta": c.delta, "reason": c.reason}),
+        PlaybookOp::Add(e) => {
+            json!({"op": "add", "id": e.id, "text": e.text, "data": parse_or_text(&e.data)})
+        }
+        PlaybookOp::Credit(c) => {
+            json!({"op": "credit", "id": c.id, "delta": c.delta, "reason": c.reason})
+        }
         PlaybookOp::Retire(id) => json!({"op": "retire", "id": id}),
     }
 }

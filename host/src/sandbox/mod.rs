@@ -98,7 +98,12 @@ impl Sandbox {
             })?,
             None => CompileCache::memory_only(),
         };
-        Ok(Arc::new(Sandbox { engine, cache, fuel: config.fuel, linkers: Default::default() }))
+        Ok(Arc::new(Sandbox {
+            engine,
+            cache,
+            fuel: config.fuel,
+            linkers: Default::default(),
+        }))
     }
 
     pub fn engine(&self) -> &Engine {
@@ -112,57 +117,109 @@ impl Sandbox {
 
     /// Load the operator at `relative` inside `checkout` for `stage`. The path must stay
     /// inside the checkout: `..`, absolute paths and symlinks leading out are refused.
-    pub fn load_from_checkout(&self, stage: Stage, checkout: &Path, relative: &str) -> Result<LoadedOperator, LoadError> {
+    pub fn load_from_checkout(
+        &self,
+        stage: Stage,
+        checkout: &Path,
+        relative: &str,
+    ) -> Result<LoadedOperator, LoadError> {
         let origin = relative.to_string();
-        let unreadable = |why: String| LoadError { origin: origin.clone(), kind: LoadErrorKind::Unreadable(why) };
+        let unreadable = |why: String| LoadError {
+            origin: origin.clone(),
+            kind: LoadErrorKind::Unreadable(why),
+        };
         relative_path("operator", relative).map_err(unreadable)?;
         let dir = cap_std::fs::Dir::open_ambient_dir(checkout, cap_std::ambient_authority())
             .map_err(|e| unreadable(format!("cannot open checkout {}: {e}", checkout.display())))?;
-        let meta = dir.symlink_metadata(relative).map_err(|e| unreadable(e.to_string()))?;
+        let meta = dir
+            .symlink_metadata(relative)
+            .map_err(|e| unreadable(e.to_string()))?;
         if !meta.is_file() {
-            return Err(unreadable("not a regular file (symlinks are not followed)".into()));
+            return Err(unreadable(
+                "not a regular file (symlinks are not followed)".into(),
+            ));
         }
         if meta.len() > MAX_COMPONENT_BYTES {
-            return Err(unreadable(format!("{} bytes is over the {} MiB limit", meta.len(), MAX_COMPONENT_BYTES >> 20)));
+            return Err(unreadable(format!(
+                "{} bytes is over the {} MiB limit",
+                meta.len(),
+                MAX_COMPONENT_BYTES >> 20
+            )));
         }
         let bytes = dir.read(relative).map_err(|e| unreadable(e.to_string()))?;
         self.load_bytes(stage, &bytes, origin)
     }
 
     /// Load a component from bytes (e.g. an embedded library operator).
-    pub fn load_bytes(&self, stage: Stage, bytes: &[u8], origin: String) -> Result<LoadedOperator, LoadError> {
-        let fail = |kind| LoadError { origin: origin.clone(), kind };
+    pub fn load_bytes(
+        &self,
+        stage: Stage,
+        bytes: &[u8],
+        origin: String,
+    ) -> Result<LoadedOperator, LoadError> {
+        let fail = |kind| LoadError {
+            origin: origin.clone(),
+            kind,
+        };
         contract::check_header(bytes).map_err(|e| fail(LoadErrorKind::Contract(e)))?;
         let digest = cache::digest(bytes);
         let (component, source) = self
             .cache
             .get_or_compile(&self.engine, &digest, bytes)
-            .map_err(|e| fail(LoadErrorKind::Contract(ContractError::Invalid(format!("{e:#}")))))?;
-        contract::check_world(&self.engine, &component, stage).map_err(|e| fail(LoadErrorKind::Contract(e)))?;
-        let linker = self.linker(stage).map_err(|e| fail(LoadErrorKind::Unreadable(e)))?;
-        let pre = linker
-            .instantiate_pre(&component)
-            .map_err(|e| fail(LoadErrorKind::Contract(ContractError::Invalid(format!("{e:#}")))))?;
-        Ok(LoadedOperator { stage, origin, digest, cache: source, pre })
+            .map_err(|e| {
+                fail(LoadErrorKind::Contract(ContractError::Invalid(format!(
+                    "{e:#}"
+                ))))
+            })?;
+        contract::check_world(&self.engine, &component, stage)
+            .map_err(|e| fail(LoadErrorKind::Contract(e)))?;
+        let linker = self
+            .linker(stage)
+            .map_err(|e| fail(LoadErrorKind::Unreadable(e)))?;
+        let pre = linker.instantiate_pre(&component).map_err(|e| {
+            fail(LoadErrorKind::Contract(ContractError::Invalid(format!(
+                "{e:#}"
+            ))))
+        })?;
+        Ok(LoadedOperator {
+            stage,
+            origin,
+            digest,
+            cache: source,
+            pre,
+        })
     }
 
     /// Load a component file for whichever stage it exports (for author tooling).
     pub fn load_file_any_stage(&self, path: &Path) -> Result<LoadedOperator, LoadError> {
         let origin = path.display().to_string();
-        let fail = |kind| LoadError { origin: origin.clone(), kind };
-        let bytes = std::fs::read(path).map_err(|e| fail(LoadErrorKind::Unreadable(e.to_string())))?;
+        let fail = |kind| LoadError {
+            origin: origin.clone(),
+            kind,
+        };
+        let bytes =
+            std::fs::read(path).map_err(|e| fail(LoadErrorKind::Unreadable(e.to_string())))?;
         contract::check_header(&bytes).map_err(|e| fail(LoadErrorKind::Contract(e)))?;
         let digest = cache::digest(&bytes);
         let (component, _) = self
             .cache
             .get_or_compile(&self.engine, &digest, &bytes)
-            .map_err(|e| fail(LoadErrorKind::Contract(ContractError::Invalid(format!("{e:#}")))))?;
+            .map_err(|e| {
+                fail(LoadErrorKind::Contract(ContractError::Invalid(format!(
+                    "{e:#}"
+                ))))
+            })?;
         let stages = contract::exported_stages(&self.engine, &component);
         let stage = match stages.as_slice() {
             [one] => *one,
             _ => {
-                let exported = stages.iter().map(|s| format!("`{}`", stage_name(*s))).collect();
-                return Err(fail(LoadErrorKind::Contract(ContractError::WrongWorld { exported })));
+                let exported = stages
+                    .iter()
+                    .map(|s| format!("`{}`", stage_name(*s)))
+                    .collect();
+                return Err(fail(LoadErrorKind::Contract(ContractError::WrongWorld {
+                    exported,
+                })));
             }
         };
         self.load_bytes(stage, &bytes, origin)
@@ -179,19 +236,27 @@ impl Sandbox {
     ) -> CallReport {
         let started = Instant::now();
         if let Some(stage) = input.stage().filter(|s| *s != op.stage) {
-            let msg = format!("a {} input was sent to a {} operator", stage_name(stage), stage_name(op.stage));
+            let msg = format!(
+                "a {} input was sent to a {} operator",
+                stage_name(stage),
+                stage_name(op.stage)
+            );
             return CallReport::failed(OperatorFailure::Host(msg), started);
         }
         let ticks = limits.timeout.as_millis().div_ceil(TICK.as_millis()).max(1) as u64 + 1;
-        let (mut store, streams) = match state::new_store(&self.engine, grants, limits, capabilities, ticks) {
-            Ok(s) => s,
-            Err(e) => return CallReport::failed(OperatorFailure::Host(e.to_string()), started),
-        };
+        let (mut store, streams) =
+            match state::new_store(&self.engine, grants, limits, capabilities, ticks) {
+                Ok(s) => s,
+                Err(e) => return CallReport::failed(OperatorFailure::Host(e.to_string()), started),
+            };
         let fut = invoke(op, &mut store, input);
         let timed = tokio::time::timeout(limits.timeout + TICK * 2, fut).await;
         let stderr = streams.stderr.take();
         let outcome = match timed {
-            Err(_) => Err(OperatorFailure::Timeout { limit: limits.timeout, in_host_call: true }),
+            Err(_) => Err(OperatorFailure::Timeout {
+                limit: limits.timeout,
+                in_host_call: true,
+            }),
             Ok(Ok(Ok(out))) => check_size(out, limits.result_bytes),
             // The size cap covers a reported error's text as well as a result.
             Ok(Ok(Err(OperatorFailure::Reported(msg)))) if msg.len() > limits.result_bytes => {
@@ -211,10 +276,19 @@ impl Sandbox {
             )),
         };
         let fuel_consumed = match (self.fuel, limits.fuel) {
-            (true, Some(initial)) => store.get_fuel().ok().map(|left| initial.saturating_sub(left)),
+            (true, Some(initial)) => store
+                .get_fuel()
+                .ok()
+                .map(|left| initial.saturating_sub(left)),
             _ => None,
         };
-        CallReport { outcome, stdout: streams.stdout.take(), stderr, elapsed: started.elapsed(), fuel_consumed }
+        CallReport {
+            outcome,
+            stdout: streams.stdout.take(),
+            stderr,
+            elapsed: started.elapsed(),
+            fuel_consumed,
+        }
     }
 
     fn linker(&self, stage: Stage) -> Result<&Linker<CallState>, String> {
@@ -246,7 +320,9 @@ impl CallReport {
         for (ext, out) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
             let mut bytes = out.bytes.clone();
             if out.dropped > 0 {
-                bytes.extend_from_slice(format!("\n[evolve: {} more bytes dropped]\n", out.dropped).as_bytes());
+                bytes.extend_from_slice(
+                    format!("\n[evolve: {} more bytes dropped]\n", out.dropped).as_bytes(),
+                );
             }
             std::fs::write(dir.join(format!("{stem}.{ext}.log")), bytes)?;
         }
@@ -257,7 +333,9 @@ impl CallReport {
 fn check_size(out: StageOutput, cap: usize) -> Result<StageOutput, OperatorFailure> {
     let n = results::size(&out);
     if n > cap {
-        return Err(OperatorFailure::MalformedResult(format!("the result is {n} bytes; the limit is {cap}")));
+        return Err(OperatorFailure::MalformedResult(format!(
+            "the result is {n} bytes; the limit is {cap}"
+        )));
     }
     Ok(out)
 }
@@ -321,43 +399,85 @@ async fn invoke(
         }
         StageInput::NormalizeConfig(raw) => {
             let meta = stage_guest!(meta);
-            malformed(results::check_normalized(meta.call_normalize_config(&mut *store, &raw).await?))
+            malformed(results::check_normalized(
+                meta.call_normalize_config(&mut *store, &raw).await?,
+            ))
         }
         StageInput::Select { ctx, archive } => {
             let g = stage_guest!(select);
-            reported(g.call_select(&mut *store, &ctx, &archive).await?.map(results::check_parents))
+            reported(
+                g.call_select(&mut *store, &ctx, &archive)
+                    .await?
+                    .map(results::check_parents),
+            )
         }
         StageInput::Rollout { ctx, parent } => {
             let g = stage_guest!(rollout);
-            reported(g.call_rollout(&mut *store, &ctx, &parent).await?.map(results::check_evidence))
+            reported(
+                g.call_rollout(&mut *store, &ctx, &parent)
+                    .await?
+                    .map(results::check_evidence),
+            )
         }
         StageInput::Analyze { ctx, rollout } => {
             let g = stage_guest!(analyze);
-            reported(g.call_analyze(&mut *store, &ctx, &rollout).await?.map(results::check_evidence))
+            reported(
+                g.call_analyze(&mut *store, &ctx, &rollout)
+                    .await?
+                    .map(results::check_evidence),
+            )
         }
         StageInput::Mutate { ctx, observation } => {
             let g = stage_guest!(mutate);
-            reported(g.call_mutate(&mut *store, &ctx, &observation).await?.map(results::check_proposal))
+            reported(
+                g.call_mutate(&mut *store, &ctx, &observation)
+                    .await?
+                    .map(results::check_proposal),
+            )
         }
         StageInput::Validate { ctx, changed } => {
             let g = stage_guest!(validate);
-            reported(g.call_validate(&mut *store, &ctx, &changed).await?.map(results::check_validation))
+            reported(
+                g.call_validate(&mut *store, &ctx, &changed)
+                    .await?
+                    .map(results::check_validation),
+            )
         }
         StageInput::Novelty { ctx, diff } => {
             let g = stage_guest!(novelty);
-            reported(g.call_assess(&mut *store, &ctx, &diff).await?.map(results::check_novelty))
+            reported(
+                g.call_assess(&mut *store, &ctx, &diff)
+                    .await?
+                    .map(results::check_novelty),
+            )
         }
         StageInput::Gate { ctx, child, parent } => {
             let g = stage_guest!(gate);
-            reported(g.call_decide(&mut *store, &ctx, &child, parent.as_ref()).await?.map(results::check_gate))
+            reported(
+                g.call_decide(&mut *store, &ctx, &child, parent.as_ref())
+                    .await?
+                    .map(results::check_gate),
+            )
         }
         StageInput::Record { ctx, child } => {
             let g = stage_guest!(record);
-            reported(g.call_annotate(&mut *store, &ctx, &child).await?.map(results::check_annotations))
+            reported(
+                g.call_annotate(&mut *store, &ctx, &child)
+                    .await?
+                    .map(results::check_annotations),
+            )
         }
-        StageInput::Reflect { ctx, archive, playbook } => {
+        StageInput::Reflect {
+            ctx,
+            archive,
+            playbook,
+        } => {
             let g = stage_guest!(reflect);
-            reported(g.call_reflect(&mut *store, &ctx, &archive, &playbook).await?.map(results::check_playbook))
+            reported(
+                g.call_reflect(&mut *store, &ctx, &archive, &playbook)
+                    .await?
+                    .map(results::check_playbook),
+            )
         }
     })
 }

@@ -34,13 +34,20 @@ pub struct CapturedOutput {
 impl CappedOutput {
     pub fn new(cap: usize) -> Self {
         CappedOutput {
-            inner: Arc::new(Mutex::new(Captured { bytes: Vec::new(), cap, dropped: 0 })),
+            inner: Arc::new(Mutex::new(Captured {
+                bytes: Vec::new(),
+                cap,
+                dropped: 0,
+            })),
         }
     }
 
     pub fn take(&self) -> CapturedOutput {
         let mut c = self.lock();
-        CapturedOutput { bytes: std::mem::take(&mut c.bytes), dropped: c.dropped }
+        CapturedOutput {
+            bytes: std::mem::take(&mut c.bytes),
+            dropped: c.dropped,
+        }
     }
 
     fn append(&self, data: &[u8]) {
@@ -93,7 +100,11 @@ impl Pollable for CappedOutput {
 }
 
 impl tokio::io::AsyncWrite for CappedOutput {
-    fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         self.append(buf);
         Poll::Ready(Ok(buf.len()))
     }

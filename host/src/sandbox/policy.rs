@@ -50,9 +50,17 @@ impl Grants {
                 writable: mutate,
             });
         }
-        preopens.push(Preopen { host: req.scratch.to_path_buf(), guest: "/scratch", writable: true });
+        preopens.push(Preopen {
+            host: req.scratch.to_path_buf(),
+            guest: "/scratch",
+            writable: true,
+        });
         if let (true, Some(feedback)) = (mutate, req.feedback) {
-            preopens.push(Preopen { host: feedback.to_path_buf(), guest: "/feedback", writable: false });
+            preopens.push(Preopen {
+                host: feedback.to_path_buf(),
+                guest: "/feedback",
+                writable: false,
+            });
         }
         Grants { preopens }
     }
@@ -61,13 +69,20 @@ impl Grants {
     /// depend on any candidate.
     pub fn scratch_only(scratch: &Path) -> Grants {
         Grants {
-            preopens: vec![Preopen { host: scratch.to_path_buf(), guest: "/scratch", writable: true }],
+            preopens: vec![Preopen {
+                host: scratch.to_path_buf(),
+                guest: "/scratch",
+                writable: true,
+            }],
         }
     }
 
     /// (guest path, host path, writable) for documentation and logs.
     pub fn describe(&self) -> Vec<(String, PathBuf, bool)> {
-        self.preopens.iter().map(|p| (p.guest.to_string(), p.host.clone(), p.writable)).collect()
+        self.preopens
+            .iter()
+            .map(|p| (p.guest.to_string(), p.host.clone(), p.writable))
+            .collect()
     }
 }
 

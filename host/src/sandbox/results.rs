@@ -20,7 +20,9 @@ pub(crate) fn check_description(d: Description, bound: Stage) -> Check<StageOutp
     }
     let name_ok = !d.name.is_empty()
         && d.name.len() <= 64
-        && d.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        && d.name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
     if !name_ok {
         return Err("describe() returned a name that is not 1-64 characters of [a-z0-9_]".into());
     }
@@ -33,7 +35,10 @@ pub(crate) fn check_description(d: Description, bound: Stage) -> Check<StageOutp
 
 pub(crate) fn check_normalized(r: Result<String, Vec<ConfigViolation>>) -> Check<StageOutput> {
     match r {
-        Ok(text) => Ok(StageOutput::NormalizedConfig(Ok(json_object("normalized config", &text)?))),
+        Ok(text) => Ok(StageOutput::NormalizedConfig(Ok(json_object(
+            "normalized config",
+            &text,
+        )?))),
         Err(v) if v.is_empty() => Err("normalize-config failed without naming a violation".into()),
         Err(v) => Ok(StageOutput::NormalizedConfig(Err(v))),
     }
@@ -113,7 +118,11 @@ fn json_object(what: &str, text: &str) -> Check<Map<String, Value>> {
     match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err(format!("{what} must be a JSON object")),
-        Err(e) => Err(format!("{what} is not valid JSON (line {}, column {})", e.line(), e.column())),
+        Err(e) => Err(format!(
+            "{what} is not valid JSON (line {}, column {})",
+            e.line(),
+            e.column()
+        )),
     }
 }
 
@@ -131,9 +140,14 @@ pub fn relative_path(what: &str, path: &str) -> Check<()> {
         || path.len() > 4096
         || path.starts_with('/')
         || path.chars().any(|c| c.is_control())
-        || path.split('/').any(|seg| seg.is_empty() || seg == "." || seg == "..");
+        || path
+            .split('/')
+            .any(|seg| seg.is_empty() || seg == "." || seg == "..");
     if bad {
-        return Err(format!("{what} path {:?} must be a relative path without `..`", truncate(path, 80)));
+        return Err(format!(
+            "{what} path {:?} must be a relative path without `..`",
+            truncate(path, 80)
+        ));
     }
     Ok(())
 }
@@ -150,7 +164,9 @@ pub(crate) fn size(out: &StageOutput) -> usize {
         StageOutput::NormalizedConfig(Ok(m)) | StageOutput::Annotations(m) => {
             Value::Object(m.clone()).to_string().len()
         }
-        StageOutput::NormalizedConfig(Err(v)) => v.iter().map(|v| v.path.len() + v.message.len()).sum(),
+        StageOutput::NormalizedConfig(Err(v)) => {
+            v.iter().map(|v| v.path.len() + v.message.len()).sum()
+        }
         StageOutput::Parents(p) => strs(p),
         StageOutput::Evidence(e) => e.summary.len() + strs(&e.artifacts),
         StageOutput::Proposal(p) => strs(&p.changed) + strs(&p.notes),
@@ -186,7 +202,13 @@ mod tests {
     fn non_finite_and_empty_results_are_refused() {
         assert!(check_parents(vec![]).is_err());
         assert!(check_parents(vec![" ".into()]).is_err());
-        assert!(check_novelty(NoveltyVerdict { novelty: f64::NAN, accept: true }).is_err());
+        assert!(
+            check_novelty(NoveltyVerdict {
+                novelty: f64::NAN,
+                accept: true
+            })
+            .is_err()
+        );
         assert!(check_annotations("[1]".into()).is_err());
         assert!(check_normalized(Err(vec![])).is_err());
     }

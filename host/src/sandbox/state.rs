@@ -17,7 +17,10 @@ pub struct CallState {
 
 impl WasiView for CallState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -30,7 +33,12 @@ pub struct MemoryLimiter {
 }
 
 impl ResourceLimiter for MemoryLimiter {
-    fn memory_growing(&mut self, current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         let total = self.total - current.min(self.total) + desired;
         if total > self.cap {
             self.refused = true;
@@ -40,7 +48,12 @@ impl ResourceLimiter for MemoryLimiter {
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         Ok(desired <= 1 << 20)
     }
 
@@ -69,7 +82,10 @@ pub(crate) fn new_store(
     capabilities: Capabilities,
     epoch_ticks: u64,
 ) -> std::io::Result<(Store<CallState>, Streams)> {
-    let streams = Streams { stdout: CappedOutput::new(limits.log_bytes), stderr: CappedOutput::new(limits.log_bytes) };
+    let streams = Streams {
+        stdout: CappedOutput::new(limits.log_bytes),
+        stderr: CappedOutput::new(limits.log_bytes),
+    };
     let mut b = WasiCtxBuilder::new();
     b.stdout(streams.stdout.clone())
         .stderr(streams.stderr.clone())
@@ -87,15 +103,27 @@ pub(crate) fn new_store(
                 p.guest
             )));
         }
-        let perms = if p.writable { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
+        let perms = if p.writable {
+            FsPerms::ReadWrite
+        } else {
+            FsPerms::ReadOnly
+        };
         b.preopened_dir(&p.host, p.guest, perms).map_err(|e| {
-            std::io::Error::other(format!("cannot grant {} as {}: {e:#}", p.host.display(), p.guest))
+            std::io::Error::other(format!(
+                "cannot grant {} as {}: {e:#}",
+                p.host.display(),
+                p.guest
+            ))
         })?;
     }
     let state = CallState {
         wasi: b.build(),
         table: ResourceTable::new(),
-        limiter: MemoryLimiter { cap: limits.memory_bytes, total: 0, refused: false },
+        limiter: MemoryLimiter {
+            cap: limits.memory_bytes,
+            total: 0,
+            refused: false,
+        },
         capabilities,
     };
     let mut store = Store::new(engine, state);
@@ -103,7 +131,9 @@ pub(crate) fn new_store(
     store.set_epoch_deadline(epoch_ticks);
     store.epoch_deadline_trap();
     if let Some(fuel) = limits.fuel {
-        store.set_fuel(fuel).map_err(|e| std::io::Error::other(format!("{e:#}")))?;
+        store
+            .set_fuel(fuel)
+            .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
     }
     Ok((store, streams))
 }

@@ -21,15 +21,31 @@ impl Operator for Vocabulary {
 
     fn config() -> SchemaBuilder {
         Schema::new()
-            .field("mode", string().required().choices([json!("strict"), json!("lenient")]).description("How to compare"))
-            .field("history", integer().default(json!(8)).minimum(1.0).maximum(100.0))
+            .field(
+                "mode",
+                string()
+                    .required()
+                    .choices([json!("strict"), json!("lenient")])
+                    .description("How to compare"),
+            )
+            .field(
+                "history",
+                integer().default(json!(8)).minimum(1.0).maximum(100.0),
+            )
             .field("window", integer().default(json!(4)).minimum(1.0))
-            .field("threshold", number().default(json!(0)).minimum(0.0).maximum(1.0))
+            .field(
+                "threshold",
+                number().default(json!(0)).minimum(0.0).maximum(1.0),
+            )
             .field("verbose", boolean().default(json!(false)))
             .field("components", array(string()).minimum(1.0))
             .field(
                 "model",
-                object(Fields::new().field("name", string().required()).field("temperature", number().default(json!(1)))),
+                object(
+                    Fields::new()
+                        .field("name", string().required())
+                        .field("temperature", number().default(json!(1))),
+                ),
             )
             .field("extras", object(Fields::new()).additional_properties(true))
             .field("anything", json())
@@ -38,9 +54,16 @@ impl Operator for Vocabulary {
 }
 
 impl Gate for Vocabulary {
-    fn decide(ctx: &Context, _child: &ArchiveRow, _parent: Option<&ArchiveRow>) -> Result<GateDecision, String> {
+    fn decide(
+        ctx: &Context,
+        _child: &ArchiveRow,
+        _parent: Option<&ArchiveRow>,
+    ) -> Result<GateDecision, String> {
         // Echo the configuration it received, so tests can see what reached the guest.
-        Ok(GateDecision { verdict: Verdict::Keep, reason: Value::Object(ctx.config.clone()).to_string() })
+        Ok(GateDecision {
+            verdict: Verdict::Keep,
+            reason: Value::Object(ctx.config.clone()).to_string(),
+        })
     }
 }
 
