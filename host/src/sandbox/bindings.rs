@@ -10,6 +10,6 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-pub use evolve::operator::types;
-pub use evolve::operator::{model, tasks};
-pub use exports::evolve::operator as stage;
+pub use self::evolve::operator::types;
+pub use self::evolve::operator::{model, tasks};
+pub use self::exports::evolve::operator as stage;
