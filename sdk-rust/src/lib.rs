@@ -36,6 +36,7 @@
 
 mod context;
 mod export;
+mod helpers;
 mod generated {
     // The contract's shared types and host capabilities, generated once here so that
     // every stage world (generated in the operator's crate) uses the same Rust types.
@@ -53,6 +54,7 @@ mod generated {
 pub use context::{Context, Rng};
 pub use evolve_config_schema as config;
 pub use generated::evolve::operator::{model, tasks, types};
+pub use helpers::{parent_candidates, testing};
 pub use serde_json;
 
 #[doc(hidden)]
@@ -71,7 +73,7 @@ pub mod prelude {
     pub use crate::types::*;
     pub use crate::{
         Analyze, Context, Gate, Mutate, Novelty, Operator, Record, Reflect, Rng, Rollout, Select,
-        Validate,
+        Validate, parent_candidates,
     };
     pub use serde_json::{Map, Value, json};
 }

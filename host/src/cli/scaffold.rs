@@ -131,7 +131,7 @@ fn stage_body(stage: &str) -> (&'static str, &'static str, &'static str) {
             "Select",
             "    fn select(_ctx: &Context, archive: &ArchiveView) -> Result<Vec<String>, String> {\n        \
              // Return eligible generation ids only.\n        \
-             let first = archive.rows.iter().find(|r| r.eligible).ok_or(\"no eligible parent\")?;\n        \
+             let first = *parent_candidates(archive).first().ok_or(\"no eligible parent\")?;\n        \
              Ok(vec![first.generation_id.clone()])\n    }\n",
             "        let view = ArchiveView { rows: vec![], champion: None };\n        \
              assert!(TYPE::select(&ctx, &view).is_err());\n",

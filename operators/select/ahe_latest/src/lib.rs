@@ -14,10 +14,8 @@ impl Operator for AheLatest {
 
 impl Select for AheLatest {
     fn select(_ctx: &Context, archive: &ArchiveView) -> Result<Vec<String>, String> {
-        archive
-            .rows
-            .iter()
-            .filter(|r| r.eligible && r.score.is_some_and(f64::is_finite))
+        parent_candidates(archive)
+            .into_iter()
             .max_by(|a, b| (a.generation, &a.generation_id).cmp(&(b.generation, &b.generation_id)))
             .map(|row| vec![row.generation_id.clone()])
             .ok_or_else(|| "no eligible parent".to_string())
@@ -29,29 +27,7 @@ evolve_operator_sdk::export!(select: AheLatest);
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn row(id: &str, generation: u32, score: Option<f64>, eligible: bool) -> ArchiveRow {
-        ArchiveRow {
-            generation_id: id.into(),
-            parent: None,
-            generation,
-            status: GenerationStatus::Complete,
-            score,
-            eligible,
-            verdict: Some(Verdict::Keep),
-            children: 0,
-            task_vector: vec![],
-            cost_usd: 0.0,
-            annotations: "{}".into(),
-        }
-    }
-
-    fn view(rows: Vec<ArchiveRow>) -> ArchiveView {
-        ArchiveView {
-            rows,
-            champion: None,
-        }
-    }
+    use evolve_operator_sdk::testing::{row, view};
 
     fn pick(archive: &ArchiveView) -> Result<Vec<String>, String> {
         AheLatest::select(&Context::for_test(json!({})), archive)

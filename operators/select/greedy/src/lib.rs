@@ -14,10 +14,8 @@ impl Operator for Greedy {
 impl Select for Greedy {
     fn select(_ctx: &Context, archive: &ArchiveView) -> Result<Vec<String>, String> {
         let mut best: Option<(&ArchiveRow, f64)> = None;
-        for row in archive.rows.iter().filter(|r| r.eligible) {
-            let Some(score) = row.score.filter(|s| s.is_finite()) else {
-                continue;
-            };
+        for row in parent_candidates(archive) {
+            let score = row.score.unwrap_or(f64::NEG_INFINITY);
             if best.is_none_or(|(_, b)| score > b) {
                 best = Some((row, score));
             }
@@ -32,29 +30,7 @@ evolve_operator_sdk::export!(select: Greedy);
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn row(id: &str, generation: u32, score: Option<f64>, eligible: bool) -> ArchiveRow {
-        ArchiveRow {
-            generation_id: id.into(),
-            parent: None,
-            generation,
-            status: GenerationStatus::Complete,
-            score,
-            eligible,
-            verdict: Some(Verdict::Keep),
-            children: 0,
-            task_vector: vec![],
-            cost_usd: 0.0,
-            annotations: "{}".into(),
-        }
-    }
-
-    fn view(rows: Vec<ArchiveRow>) -> ArchiveView {
-        ArchiveView {
-            rows,
-            champion: None,
-        }
-    }
+    use evolve_operator_sdk::testing::{row, view};
 
     fn pick(archive: &ArchiveView) -> Result<Vec<String>, String> {
         Greedy::select(&Context::for_test(json!({})), archive)

@@ -14,11 +14,7 @@ impl Operator for Newest {
 impl Select for Newest {
     fn select(_ctx: &Context, archive: &ArchiveView) -> Result<Vec<String>, String> {
         let mut best: Option<&ArchiveRow> = None;
-        for row in archive
-            .rows
-            .iter()
-            .filter(|r| r.eligible && r.score.is_some_and(f64::is_finite))
-        {
+        for row in parent_candidates(archive) {
             if best.is_none_or(|b| row.generation > b.generation) {
                 best = Some(row);
             }
@@ -33,29 +29,7 @@ evolve_operator_sdk::export!(select: Newest);
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn row(id: &str, generation: u32, score: Option<f64>, eligible: bool) -> ArchiveRow {
-        ArchiveRow {
-            generation_id: id.into(),
-            parent: None,
-            generation,
-            status: GenerationStatus::Complete,
-            score,
-            eligible,
-            verdict: Some(Verdict::Keep),
-            children: 0,
-            task_vector: vec![],
-            cost_usd: 0.0,
-            annotations: "{}".into(),
-        }
-    }
-
-    fn view(rows: Vec<ArchiveRow>) -> ArchiveView {
-        ArchiveView {
-            rows,
-            champion: None,
-        }
-    }
+    use evolve_operator_sdk::testing::{row, view};
 
     fn pick(archive: &ArchiveView) -> Result<Vec<String>, String> {
         Newest::select(&Context::for_test(json!({})), archive)

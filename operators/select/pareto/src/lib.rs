@@ -31,11 +31,7 @@ pub type Fronts = BTreeMap<String, BTreeSet<String>>;
 
 /// The rows a selector may return: eligible, with a finite score, in archive order.
 pub fn candidates(archive: &ArchiveView) -> Vec<&ArchiveRow> {
-    archive
-        .rows
-        .iter()
-        .filter(|r| r.eligible && r.score.is_some_and(f64::is_finite))
-        .collect()
+    parent_candidates(archive)
 }
 
 /// Mean reward per task, keeping only tasks whose every trial is `benchmark-complete`

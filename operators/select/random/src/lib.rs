@@ -11,11 +11,7 @@ impl Operator for Random {
 
 impl Select for Random {
     fn select(ctx: &Context, archive: &ArchiveView) -> Result<Vec<String>, String> {
-        let cands: Vec<&ArchiveRow> = archive
-            .rows
-            .iter()
-            .filter(|r| r.eligible && r.score.is_some_and(f64::is_finite))
-            .collect();
+        let cands = parent_candidates(archive);
         let i = ctx
             .rng()
             .below(cands.len() as u64)
@@ -29,30 +25,8 @@ evolve_operator_sdk::export!(select: Random);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use evolve_operator_sdk::testing::{row, view};
     use std::collections::BTreeMap;
-
-    fn row(id: &str, generation: u32, score: Option<f64>, eligible: bool) -> ArchiveRow {
-        ArchiveRow {
-            generation_id: id.into(),
-            parent: None,
-            generation,
-            status: GenerationStatus::Complete,
-            score,
-            eligible,
-            verdict: Some(Verdict::Keep),
-            children: 0,
-            task_vector: vec![],
-            cost_usd: 0.0,
-            annotations: "{}".into(),
-        }
-    }
-
-    fn view(rows: Vec<ArchiveRow>) -> ArchiveView {
-        ArchiveView {
-            rows,
-            champion: None,
-        }
-    }
 
     fn pick(seed: u64, archive: &ArchiveView) -> Result<String, String> {
         let mut ctx = Context::for_test(json!({}));

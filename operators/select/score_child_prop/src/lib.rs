@@ -81,11 +81,7 @@ pub fn weights(candidates: &[&ArchiveRow], sharpness: f64, child_scale: f64) -> 
 
 impl Select for ScoreChildProp {
     fn select(ctx: &Context, archive: &ArchiveView) -> Result<Vec<String>, String> {
-        let cands: Vec<&ArchiveRow> = archive
-            .rows
-            .iter()
-            .filter(|r| r.eligible && r.score.is_some_and(f64::is_finite))
-            .collect();
+        let cands = parent_candidates(archive);
         if cands.is_empty() {
             return Err("no eligible parent".into());
         }
@@ -108,30 +104,8 @@ evolve_operator_sdk::export!(select: ScoreChildProp);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use evolve_operator_sdk::testing::{row, view};
     use std::collections::BTreeMap;
-
-    fn row(id: &str, generation: u32, score: Option<f64>, eligible: bool) -> ArchiveRow {
-        ArchiveRow {
-            generation_id: id.into(),
-            parent: None,
-            generation,
-            status: GenerationStatus::Complete,
-            score,
-            eligible,
-            verdict: Some(Verdict::Keep),
-            children: 0,
-            task_vector: vec![],
-            cost_usd: 0.0,
-            annotations: "{}".into(),
-        }
-    }
-
-    fn view(rows: Vec<ArchiveRow>) -> ArchiveView {
-        ArchiveView {
-            rows,
-            champion: None,
-        }
-    }
 
     fn with_children(mut r: ArchiveRow, children: u32) -> ArchiveRow {
         r.children = children;
