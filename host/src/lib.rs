@@ -5,5 +5,6 @@
 
 pub mod builtin;
 pub mod cli;
+pub mod recipe;
 pub mod safe_tree;
 pub mod sandbox;

@@ -4,6 +4,7 @@
 //! errors. Errors print as `evolve: <what> (<where>)`, with a hint where there is one.
 
 mod operator;
+mod recipe;
 mod samples;
 mod scaffold;
 
@@ -31,6 +32,9 @@ enum Command {
     /// Inspect, check, run, scaffold and build operators.
     #[command(subcommand)]
     Operator(operator::OperatorCommand),
+    /// Check recipes and print their JSON Schema.
+    #[command(subcommand)]
+    Recipe(recipe::RecipeCommand),
     /// Run or check Harbor-format task sets directly, outside any workspace.
     #[command(
         subcommand,
@@ -93,6 +97,7 @@ pub fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Operator(cmd) => operator::run(cmd),
+        Command::Recipe(cmd) => recipe::run(cmd),
         Command::Tasks(cmd) => Ok(ExitCode::from(u8::try_from(cmd.execute()).unwrap_or(1))),
     };
     match result {

@@ -1,0 +1,77 @@
+//! `evolve recipe check|schema`.
+
+use super::{CliError, CliResult, print_json, runtime};
+use crate::recipe;
+use crate::sandbox::{self, Sandbox, SandboxConfig};
+use clap::Subcommand;
+use serde_json::json;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Subcommand)]
+pub enum RecipeCommand {
+    /// Check a recipe and report every problem at once (its shape, each operator and
+    /// each operator's configuration, normalized by the operator itself).
+    #[command(
+        after_help = "Example:\n  evolve recipe check recipes/hill_climb.yaml\n\nExit status: 0 valid, 1 problems found, 2 usage errors."
+    )]
+    Check {
+        path: PathBuf,
+        /// Print the normalized recipe (or the problems) as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a JSON Schema for recipe files, for editors.
+    #[command(after_help = "Example:\n  evolve recipe schema > recipe.schema.json")]
+    Schema,
+}
+
+pub fn run(cmd: RecipeCommand) -> CliResult {
+    match cmd {
+        RecipeCommand::Schema => {
+            print_json(&recipe::json_schema());
+            Ok(ExitCode::SUCCESS)
+        }
+        RecipeCommand::Check { path, json } => check(&path, json),
+    }
+}
+
+fn check(path: &PathBuf, json_out: bool) -> CliResult {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        CliError::usage(format!("cannot read the recipe: {e}")).at(path.display().to_string())
+    })?;
+    let sb = Sandbox::new(SandboxConfig {
+        cache_dir: sandbox::default_cache_dir(),
+        fuel: false,
+    })
+    .or_else(|_| Sandbox::new(SandboxConfig::default()))
+    .map_err(|e| CliError::usage(format!("cannot create the WebAssembly engine: {e:#}")))?;
+    let base = path.parent().map(PathBuf::from).unwrap_or_default();
+    let checked = runtime()?.block_on(recipe::check(&sb, &text, &base));
+    if checked.violations.is_empty() {
+        if json_out {
+            print_json(&json!({"valid": true, "recipe": checked.normalized}));
+        } else {
+            println!("ok: {} is a valid recipe", path.display());
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if json_out {
+        let list: Vec<_> = checked
+            .violations
+            .iter()
+            .map(|v| json!({"path": v.path, "message": v.message}))
+            .collect();
+        print_json(&json!({"valid": false, "violations": list}));
+    } else {
+        eprintln!(
+            "evolve: {} has {} problem(s):",
+            path.display(),
+            checked.violations.len()
+        );
+        for v in &checked.violations {
+            eprintln!("{v}");
+        }
+    }
+    Ok(ExitCode::from(1))
+}
