@@ -95,7 +95,7 @@ async fn agent_cannot_read_tests_or_solution() {
     let task = write_task(
         &tasks,
         "secret",
-        "[agent]\ntimeout_sec = 20\n[verifier]\ntimeout_sec = 20\n",
+        "[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 20\n",
         Some(&format!(
             "#!/bin/bash\necho SOLUTION-SECRET-{tok} > /app/x\n"
         )),
@@ -108,12 +108,16 @@ async fn agent_cannot_read_tests_or_solution() {
     // relative paths from /app.
     let src = task.display().to_string();
     let snap = out.join("tasks/secret").display().to_string();
+    // The whole test tree (sources, snapshot, trial dirs) and the files directly in /tmp;
+    // not all of /tmp, whose size on a shared machine would make the scan itself time out.
+    let root = tmp.path().display().to_string();
     let script = format!(
         r#"#!/bin/bash
 for p in /tests/test.sh /solution/solve.sh {src}/tests/test.sh {src}/solution/solve.sh {snap}/tests/test.sh {snap}/solution/solve.sh ../tests/test.sh ../solution/solve.sh; do
   if cat "$p" 2>/dev/null | grep -q "SEC""RET-{tok}"; then echo "$p" >> "$EVOLVE_APP_DIR/leaks"; fi
 done
-grep -rl "SEC""RET-{tok}" /tmp 2>/dev/null >> "$EVOLVE_APP_DIR/leaks"
+grep -rl "SEC""RET-{tok}" {root} 2>/dev/null >> "$EVOLVE_APP_DIR/leaks"
+grep -l "SEC""RET-{tok}" /tmp/* 2>/dev/null >> "$EVOLVE_APP_DIR/leaks"
 touch "$EVOLVE_APP_DIR/probed"
 "#
     );
