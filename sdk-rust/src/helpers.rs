@@ -1,7 +1,7 @@
 //! Small pieces most operators of a stage need, so each operator file stays about its
 //! own algorithm.
 
-use crate::types::{ArchiveRow, ArchiveView};
+use crate::types::{ArchiveRow, ArchiveView, GenerationStatus};
 
 /// The rows a selector may return: eligible (the host's parent predicate) and with a
 /// finite score, in archive order.
@@ -11,6 +11,24 @@ pub fn parent_candidates(archive: &ArchiveView) -> Vec<&ArchiveRow> {
         .iter()
         .filter(|r| r.eligible && r.score.is_some_and(f64::is_finite))
         .collect()
+}
+
+/// The WIT name of a generation status.
+pub fn status_name(s: GenerationStatus) -> &'static str {
+    match s {
+        GenerationStatus::Complete => "complete",
+        GenerationStatus::PendingGate => "pending-gate",
+        GenerationStatus::NoProposal => "no-proposal",
+        GenerationStatus::InvalidProposal => "invalid-proposal",
+        GenerationStatus::RejectedValidation => "rejected-validation",
+        GenerationStatus::RejectedDuplicate => "rejected-duplicate",
+        GenerationStatus::OperatorFailed => "operator-failed",
+        GenerationStatus::CandidateInvalid => "candidate-invalid",
+        GenerationStatus::InfrastructureFailed => "infrastructure-failed",
+        GenerationStatus::Timeout => "timeout",
+        GenerationStatus::Cancelled => "cancelled",
+        GenerationStatus::BudgetExhausted => "budget-exhausted",
+    }
 }
 
 /// Builders for operator unit tests.

@@ -54,7 +54,7 @@ mod generated {
 pub use context::{Context, Rng};
 pub use evolve_config_schema as config;
 pub use generated::evolve::operator::{model, tasks, types};
-pub use helpers::{parent_candidates, testing};
+pub use helpers::{parent_candidates, status_name, testing};
 pub use serde_json;
 
 #[doc(hidden)]
@@ -73,7 +73,7 @@ pub mod prelude {
     pub use crate::types::*;
     pub use crate::{
         Analyze, Context, Gate, Mutate, Novelty, Operator, Record, Reflect, Rng, Rollout, Select,
-        Validate, parent_candidates,
+        Validate, parent_candidates, status_name,
     };
     pub use serde_json::{Map, Value, json};
 }

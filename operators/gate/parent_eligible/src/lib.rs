@@ -11,24 +11,6 @@ impl Operator for ParentEligible {
         "Keep every child with a certified score from a complete evaluation.";
 }
 
-/// The WIT name of a generation status.
-pub fn status_name(s: GenerationStatus) -> &'static str {
-    match s {
-        GenerationStatus::Complete => "complete",
-        GenerationStatus::PendingGate => "pending-gate",
-        GenerationStatus::NoProposal => "no-proposal",
-        GenerationStatus::InvalidProposal => "invalid-proposal",
-        GenerationStatus::RejectedValidation => "rejected-validation",
-        GenerationStatus::RejectedDuplicate => "rejected-duplicate",
-        GenerationStatus::OperatorFailed => "operator-failed",
-        GenerationStatus::CandidateInvalid => "candidate-invalid",
-        GenerationStatus::InfrastructureFailed => "infrastructure-failed",
-        GenerationStatus::Timeout => "timeout",
-        GenerationStatus::Cancelled => "cancelled",
-        GenerationStatus::BudgetExhausted => "budget-exhausted",
-    }
-}
-
 /// The decision for a child.
 pub fn decide(child: &ArchiveRow) -> GateDecision {
     match child.score.filter(|s| s.is_finite()) {

@@ -20,24 +20,6 @@ impl Operator for Notes {
     }
 }
 
-/// The WIT name of a generation status.
-fn status_name(s: GenerationStatus) -> &'static str {
-    match s {
-        GenerationStatus::Complete => "complete",
-        GenerationStatus::PendingGate => "pending-gate",
-        GenerationStatus::NoProposal => "no-proposal",
-        GenerationStatus::InvalidProposal => "invalid-proposal",
-        GenerationStatus::RejectedValidation => "rejected-validation",
-        GenerationStatus::RejectedDuplicate => "rejected-duplicate",
-        GenerationStatus::OperatorFailed => "operator-failed",
-        GenerationStatus::CandidateInvalid => "candidate-invalid",
-        GenerationStatus::InfrastructureFailed => "infrastructure-failed",
-        GenerationStatus::Timeout => "timeout",
-        GenerationStatus::Cancelled => "cancelled",
-        GenerationStatus::BudgetExhausted => "budget-exhausted",
-    }
-}
-
 /// The default note for a child.
 pub fn default_note(child: &ArchiveRow) -> String {
     match child.score.filter(|s| s.is_finite()) {
