@@ -1,0 +1,298 @@
+//! Tree objects: serialization (we write trees ourselves rather than through
+//! `TreeBuilder`, whose strict mode looks every entry up in the object
+//! database), entry kinds, the leaf diff shared by `snapshot` and `diff` (so
+//! both report identical change lists), and the unified diff text.
+
+use std::cmp::Ordering;
+
+use git2::{DiffOptions, Oid, Repository, Tree, TreeEntry};
+
+use crate::error::{Error, git};
+use crate::{Change, ChangeKind, EntryKind, MAX_DEPTH, join};
+
+pub(crate) const MODE_TREE: i32 = 0o040000;
+pub(crate) const MODE_FILE: i32 = 0o100644;
+pub(crate) const MODE_EXEC: i32 = 0o100755;
+pub(crate) const MODE_LINK: i32 = 0o120000;
+pub(crate) const MODE_GITLINK: i32 = 0o160000;
+
+/// Regular-file modes (libgit2 normalizes legacy ones like 100664 for us, but
+/// accept any regular mode).
+pub(crate) fn is_regular(mode: i32) -> bool {
+    mode & 0o170000 == 0o100000
+}
+
+/// One entry of a tree being built.
+pub(crate) struct Entry {
+    pub name: Vec<u8>,
+    pub mode: i32,
+    pub id: Oid,
+}
+
+/// Git's tree order: names compared bytewise as if directories ended in '/'.
+fn git_order(a: &Entry, b: &Entry) -> Ordering {
+    let slash = |e: &Entry| {
+        if e.mode == MODE_TREE {
+            &b"/"[..]
+        } else {
+            &b""[..]
+        }
+    };
+    a.name
+        .iter()
+        .chain(slash(a))
+        .cmp(b.name.iter().chain(slash(b)))
+}
+
+/// The canonical tree object body for `entries` (sorted in place).
+pub(crate) fn serialize(entries: &mut [Entry]) -> Vec<u8> {
+    entries.sort_by(git_order);
+    let mut out = Vec::with_capacity(entries.len() * 48);
+    for e in entries.iter() {
+        // Git writes modes in octal without leading zeros ("40000" for trees).
+        out.extend_from_slice(format!("{:o} ", e.mode).as_bytes());
+        out.extend_from_slice(&e.name);
+        out.push(0);
+        out.extend_from_slice(e.id.as_bytes());
+    }
+    out
+}
+
+/// What a (non-tree) entry is; symlink targets are read from their blob.
+pub(crate) fn kind_of(
+    repo: &Repository,
+    mode: i32,
+    id: Oid,
+    path: &str,
+) -> Result<EntryKind, Error> {
+    Ok(match mode {
+        MODE_LINK => {
+            let blob = repo
+                .find_blob(id)
+                .map_err(git(format!("reading symlink target of {path}")))?;
+            EntryKind::Symlink {
+                target: String::from_utf8_lossy(blob.content()).into_owned(),
+            }
+        }
+        MODE_GITLINK => EntryKind::Submodule,
+        m if is_regular(m) && m & 0o100 != 0 => EntryKind::Executable,
+        m if is_regular(m) => EntryKind::File,
+        _ => EntryKind::Special,
+    })
+}
+
+/// Leaf changes from `old` to `new` under `prefix`, appended unsorted. Equal
+/// subtree ids are skipped without being read, which keeps a one-file change
+/// in a large tree cheap.
+pub(crate) fn diff_trees(
+    repo: &Repository,
+    old: Option<&Tree<'_>>,
+    new: Option<&Tree<'_>>,
+    prefix: &str,
+    depth: usize,
+    out: &mut Vec<Change>,
+) -> Result<(), Error> {
+    if depth > MAX_DEPTH {
+        return Err(Error::LimitExceeded {
+            path: prefix.to_string(),
+            limit: "directory depth",
+            max: MAX_DEPTH as u64,
+        });
+    }
+    if let (Some(o), Some(n)) = (old, new)
+        && o.id() == n.id()
+    {
+        return Ok(());
+    }
+    for o in old.iter().flat_map(|t| t.iter()) {
+        let path = join(prefix, &String::from_utf8_lossy(o.name_bytes()));
+        let Some(n) = new.and_then(|t| t.get_name_bytes(o.name_bytes())) else {
+            emit(repo, &o, ChangeKind::Deleted, &path, depth, out)?;
+            continue;
+        };
+        let (om, nm) = (o.filemode(), n.filemode());
+        if om == nm && o.id() == n.id() {
+            continue;
+        }
+        match (om == MODE_TREE, nm == MODE_TREE) {
+            (true, true) => {
+                let (ot, nt) = (
+                    find_tree(repo, o.id(), &path)?,
+                    find_tree(repo, n.id(), &path)?,
+                );
+                diff_trees(repo, Some(&ot), Some(&nt), &path, depth + 1, out)?;
+            }
+            // A file replaced by a directory (or back) is a delete plus adds,
+            // as in git without typechange-trees.
+            (true, false) | (false, true) => {
+                emit(repo, &o, ChangeKind::Deleted, &path, depth, out)?;
+                emit(repo, &n, ChangeKind::Added, &path, depth, out)?;
+            }
+            (false, false) => out.push(Change {
+                entry: kind_of(repo, nm, n.id(), &path)?,
+                path,
+                kind: ChangeKind::Modified,
+            }),
+        }
+    }
+    for n in new.iter().flat_map(|t| t.iter()) {
+        if old.and_then(|t| t.get_name_bytes(n.name_bytes())).is_none() {
+            let path = join(prefix, &String::from_utf8_lossy(n.name_bytes()));
+            emit(repo, &n, ChangeKind::Added, &path, depth, out)?;
+        }
+    }
+    Ok(())
+}
+
+/// Report one entry (every leaf below it, for a tree) as added or deleted.
+fn emit(
+    repo: &Repository,
+    e: &TreeEntry<'_>,
+    kind: ChangeKind,
+    path: &str,
+    depth: usize,
+    out: &mut Vec<Change>,
+) -> Result<(), Error> {
+    if e.filemode() == MODE_TREE {
+        let t = find_tree(repo, e.id(), path)?;
+        let (old, new) = match kind {
+            ChangeKind::Deleted => (Some(&t), None),
+            _ => (None, Some(&t)),
+        };
+        return diff_trees(repo, old, new, path, depth + 1, out);
+    }
+    out.push(Change {
+        path: path.to_string(),
+        kind,
+        entry: kind_of(repo, e.filemode(), e.id(), path)?,
+    });
+    Ok(())
+}
+
+pub(crate) fn find_tree<'r>(repo: &'r Repository, id: Oid, path: &str) -> Result<Tree<'r>, Error> {
+    repo.find_tree(id)
+        .map_err(git(format!("reading tree {id} at {path:?}")))
+}
+
+/// Sort by path; at one path a deletion comes before an addition.
+pub(crate) fn sort_changes(changes: &mut [Change]) {
+    let rank = |k: ChangeKind| match k {
+        ChangeKind::Deleted => 0,
+        ChangeKind::Modified => 1,
+        ChangeKind::Added => 2,
+    };
+    changes.sort_by(|a, b| a.path.cmp(&b.path).then(rank(a.kind).cmp(&rank(b.kind))));
+}
+
+/// Patch text for the deltas `keep` accepts, cut to `max_bytes`.
+pub(crate) fn unified_diff(
+    repo: &Repository,
+    from_tree: Oid,
+    to_tree: Oid,
+    keep: &dyn Fn(&str) -> bool,
+    max_bytes: usize,
+) -> Result<String, Error> {
+    let from = find_tree(repo, from_tree, "")?;
+    let to = find_tree(repo, to_tree, "")?;
+    let mut opts = DiffOptions::new();
+    // Files above this are reported as binary: bounds the work for huge
+    // blobs whose patch could never fit a feedback budget anyway.
+    opts.include_typechange(true).max_size(8 << 20);
+    let diff = repo
+        .diff_tree_to_tree(Some(&from), Some(&to), Some(&mut opts))
+        .map_err(git(format!("diffing tree {from_tree} to {to_tree}")))?;
+    let mut text = String::new();
+    let mut cut = false;
+    for (idx, delta) in diff.deltas().enumerate() {
+        let path = delta
+            .new_file()
+            .path()
+            .or(delta.old_file().path())
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if !keep(&path) {
+            continue;
+        }
+        // Patches are built one delta at a time so filtered-out files cost
+        // nothing and generation stops as soon as the budget is spent.
+        let Some(mut patch) = git2::Patch::from_diff(&diff, idx)
+            .map_err(git(format!("building the patch for {path}")))?
+        else {
+            continue;
+        };
+        let buf = patch
+            .to_buf()
+            .map_err(git(format!("printing the patch for {path}")))?;
+        text.push_str(&String::from_utf8_lossy(&buf));
+        if text.len() > max_bytes {
+            cut = true;
+            break;
+        }
+    }
+    if cut {
+        truncate_with_marker(&mut text, max_bytes);
+    }
+    Ok(text)
+}
+
+/// Cut `text` to at most `max_bytes` (on a char boundary), ending it with a
+/// marker line when the budget has room for one.
+fn truncate_with_marker(text: &mut String, max_bytes: usize) {
+    let total = text.len();
+    let marker = |shown: usize| format!("\n[diff truncated after {shown} bytes]\n");
+    // The marker for `max_bytes` is at least as long as any smaller one.
+    let room = max_bytes.checked_sub(marker(max_bytes).len());
+    let mut end = room.unwrap_or(max_bytes).min(total);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    if room.is_some() {
+        text.push_str(&marker(end));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use git2::ObjectType;
+
+    #[test]
+    fn serialized_trees_match_libgit2() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        let blob = repo.blob(b"x").unwrap();
+        let sub = repo.treebuilder(None).unwrap().write().unwrap();
+        // "foo" as a directory sorts as "foo/", after "foo-bar" and "foo.c".
+        let spec = [
+            ("foo.c", MODE_FILE, blob),
+            ("foo", MODE_TREE, sub),
+            ("foo-bar", MODE_EXEC, blob),
+            ("fo", MODE_LINK, blob),
+            ("foo0", MODE_FILE, blob),
+        ];
+        let mut tb = repo.treebuilder(None).unwrap();
+        let mut ours = Vec::new();
+        for (name, mode, id) in spec {
+            tb.insert(name, id, mode).unwrap();
+            ours.push(Entry {
+                name: name.into(),
+                mode,
+                id,
+            });
+        }
+        let theirs = tb.write().unwrap();
+        let body = serialize(&mut ours);
+        assert_eq!(Oid::hash_object(ObjectType::Tree, &body).unwrap(), theirs);
+    }
+
+    #[test]
+    fn truncation_respects_the_budget_and_char_boundaries() {
+        let mut t = "é".repeat(100);
+        truncate_with_marker(&mut t, 64);
+        assert!(t.len() <= 64 && t.ends_with("bytes]\n"), "{t:?}");
+        let mut t = "é".repeat(100);
+        truncate_with_marker(&mut t, 5);
+        assert_eq!(t, "éé");
+    }
+}
