@@ -1,11 +1,17 @@
-//! Builds every operator component for wasm32-wasip2 and embeds the library ones.
+//! Builds every operator component for wasm32-wasip2 and embeds the library ones, and
+//! embeds the built-in seeds.
 //!
 //! `cargo build` of the host is the one command that builds everything: this script
 //! runs a nested `cargo build --target wasm32-wasip2 --profile operator` over the
-//! crates under `operators/<stage>/<name>/` (embedded in the `evolve` binary) and
+//! crates under `operators/<stage>/<name>/` (embedded in the `evolve` binary),
 //! `tests/components/<name>/` (hostile and fixture components the tests load from
-//! disk). The nested build uses the `operator` profile, whose lock directories differ
-//! from the outer build's, so the shared target directory does not deadlock.
+//! disk) and `seeds/<name>/agent/` (a seed's agent component). The nested build uses
+//! the `operator` profile, whose lock directories differ from the outer build's, so the
+//! shared target directory does not deadlock.
+//!
+//! A seed is `seeds/<name>/` with a `seed.toml` (`summary = "..."`): every file under
+//! its `target/` and `tasks/` is embedded, in path order, and its agent crate (package
+//! `seed-<name>-agent`), when present, becomes the target's `agent.wasm`.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -23,7 +29,7 @@ fn main() {
         .parent()
         .unwrap()
         .to_path_buf();
-    for dir in ["operators", "tests/components", "sdk-rust", "wit"] {
+    for dir in ["operators", "tests/components", "sdk-rust", "wit", "seeds"] {
         println!("cargo::rerun-if-changed={}", root.join(dir).display());
     }
     println!("cargo::rerun-if-env-changed=EVOLVE_SKIP_COMPONENT_BUILD");
@@ -31,6 +37,18 @@ fn main() {
     let mut crates = library_crates(&root);
     let library_count = crates.len();
     crates.extend(test_crates(&root));
+    let seeds = seeds(&root);
+    crates.extend(
+        seeds
+            .iter()
+            .filter_map(|s| s.agent.as_ref())
+            .map(|package| Crate {
+                artifact: package.clone(),
+                package: package.clone(),
+                stage: None,
+                name: package.clone(),
+            }),
+    );
 
     let target_dir = target_dir(&root);
     let out_dir = target_dir.join("wasm32-wasip2").join("operator");
@@ -56,10 +74,147 @@ fn main() {
     src.push_str("];\n");
     let dest = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("embedded_operators.rs");
     std::fs::write(dest, src).unwrap();
+    let dest = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("embedded_seeds.rs");
+    std::fs::write(dest, seeds_source(&seeds, &out_dir)).unwrap();
     println!(
         "cargo::rustc-env=EVOLVE_TEST_COMPONENTS_DIR={}",
         out_dir.display()
     );
+}
+
+/// A built-in seed found under `seeds/<name>/`.
+struct SeedSource {
+    name: String,
+    summary: String,
+    /// `(relative path, absolute path, executable)`, sorted by relative path.
+    target: Vec<(String, PathBuf, bool)>,
+    tasks: Vec<(String, PathBuf, bool)>,
+    /// The agent crate's package, built into the target's `agent.wasm`.
+    agent: Option<String>,
+}
+
+/// Every `seeds/<name>/` holding a `seed.toml`, in name order.
+fn seeds(root: &Path) -> Vec<SeedSource> {
+    let mut out = Vec::new();
+    for dir in sorted_dirs(&root.join("seeds")) {
+        let manifest = dir.join("seed.toml");
+        if !manifest.is_file() {
+            continue;
+        }
+        let name = file_name(&dir);
+        let text = std::fs::read_to_string(&manifest).unwrap();
+        let summary = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("summary")?.trim().strip_prefix('='))
+            .and_then(|v| v.trim().strip_prefix('"')?.strip_suffix('"'))
+            .filter(|v| !v.is_empty() && !v.contains(['\\', '"']))
+            .unwrap_or_else(|| {
+                panic!(
+                    "evolve build: {} needs a line `summary = \"...\"` (no escapes)",
+                    manifest.display()
+                )
+            })
+            .to_string();
+        let agent = dir
+            .join("agent/Cargo.toml")
+            .is_file()
+            .then(|| format!("seed-{}-agent", name.replace('_', "-")));
+        let mut target = seed_files(&dir.join("target"));
+        if agent.is_some() {
+            if target.iter().any(|(p, _, _)| p == "agent.wasm") {
+                panic!(
+                    "evolve build: seed {name:?} has both agent/ and target/agent.wasm; \
+                     agent.wasm is built from agent/"
+                );
+            }
+            target.push(("agent.wasm".into(), PathBuf::new(), false));
+            target.sort();
+        }
+        let tasks = seed_files(&dir.join("tasks"));
+        if tasks.is_empty() {
+            panic!(
+                "evolve build: seed {name:?} has no tasks under {}/tasks",
+                dir.display()
+            );
+        }
+        out.push(SeedSource {
+            name,
+            summary,
+            target,
+            tasks,
+            agent,
+        });
+    }
+    out
+}
+
+/// The regular files under `dir`, recursively, as `(relative path, absolute path,
+/// executable)` sorted by relative path. Anything but files and directories is refused.
+fn seed_files(dir: &Path) -> Vec<(String, PathBuf, bool)> {
+    use std::os::unix::fs::PermissionsExt;
+    fn walk(base: &Path, dir: &Path, out: &mut Vec<(String, PathBuf, bool)>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries {
+            let path = entry.unwrap().path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            if meta.is_dir() {
+                walk(base, &path, out);
+            } else if meta.is_file() {
+                let rel = path.strip_prefix(base).unwrap();
+                let rel: Vec<String> = rel
+                    .components()
+                    .map(|c| c.as_os_str().to_str().unwrap().to_string())
+                    .collect();
+                out.push((rel.join("/"), path, meta.permissions().mode() & 0o111 != 0));
+            } else {
+                panic!(
+                    "evolve build: seed file {} is neither a file nor a directory",
+                    path.display()
+                );
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+fn seeds_source(seeds: &[SeedSource], out_dir: &Path) -> String {
+    let files = |src: &mut String, files: &[(String, PathBuf, bool)], agent: Option<&String>| {
+        for (rel, abs, executable) in files {
+            let abs = match agent {
+                Some(package) if rel == "agent.wasm" && abs.as_os_str().is_empty() => {
+                    out_dir.join(format!("{package}.wasm"))
+                }
+                _ => abs.clone(),
+            };
+            writeln!(
+                src,
+                "        SeedFile {{ path: {rel:?}, bytes: include_bytes!({:?}), executable: {executable} }},",
+                abs.display().to_string()
+            )
+            .unwrap();
+        }
+    };
+    let mut src = String::from("/// Seeds from `seeds/`, embedded at compile time.\n");
+    src.push_str("pub static SEEDS: &[Seed] = &[\n");
+    for s in seeds {
+        writeln!(
+            src,
+            "    Seed {{ name: {:?}, summary: {:?}, target: &[",
+            s.name, s.summary
+        )
+        .unwrap();
+        files(&mut src, &s.target, s.agent.as_ref());
+        src.push_str("    ], tasks: &[\n");
+        files(&mut src, &s.tasks, None);
+        src.push_str("    ] },\n");
+    }
+    src.push_str("];\n");
+    src
 }
 
 /// `operators/<stage>/<name>` is package `op-<stage>-<name>` (underscores become dashes).

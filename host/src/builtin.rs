@@ -1,4 +1,7 @@
-//! The operator library, embedded in the binary by `build.rs`.
+//! The operator library and the built-in seeds, embedded in the binary by `build.rs`.
+
+use std::io;
+use std::path::Path;
 
 /// A library operator's component.
 #[derive(Debug, Clone, Copy)]
@@ -19,3 +22,73 @@ pub fn find(stage: &str, name: &str) -> Option<&'static EmbeddedOperator> {
 
 /// Directory of the test components built alongside the library (for tests and benchmarks).
 pub const TEST_COMPONENTS_DIR: &str = env!("EVOLVE_TEST_COMPONENTS_DIR");
+
+/// One file of a built-in seed: a relative `/`-separated path and its contents.
+#[derive(Debug, Clone, Copy)]
+pub struct SeedFile {
+    pub path: &'static str,
+    pub bytes: &'static [u8],
+    /// Written with mode 0755 when set, 0644 otherwise.
+    pub executable: bool,
+}
+
+/// A built-in seed: an evolvable target (the initial `target/` tree) and a Harbor task
+/// set, embedded from `seeds/<name>/` by `build.rs` (see `docs/seeds.md`).
+#[derive(Debug, Clone, Copy)]
+pub struct Seed {
+    pub name: &'static str,
+    pub summary: &'static str,
+    /// The files of `target/`, sorted by path.
+    pub target: &'static [SeedFile],
+    /// The files of the task set, `<task>/<path>`, sorted by path.
+    pub tasks: &'static [SeedFile],
+}
+
+include!(concat!(env!("OUT_DIR"), "/embedded_seeds.rs"));
+
+/// Find a built-in seed by name.
+pub fn seed(name: &str) -> Option<&'static Seed> {
+    SEEDS.iter().find(|s| s.name == name)
+}
+
+impl Seed {
+    /// Write the initial target tree into `dir` (created if missing): `dir/<path>` for
+    /// every target file, replacing files that exist.
+    pub fn write_target(&self, dir: &Path) -> io::Result<()> {
+        write_files(self.target, dir)
+    }
+
+    /// Write the task set into `dir` (created if missing): `dir/<task>/...`.
+    pub fn write_tasks(&self, dir: &Path) -> io::Result<()> {
+        write_files(self.tasks, dir)
+    }
+
+    /// The task names (the first path component of the task files), sorted.
+    pub fn task_names(&self) -> Vec<&'static str> {
+        let mut names: Vec<&'static str> = self
+            .tasks
+            .iter()
+            .filter_map(|f| f.path.split_once('/').map(|(task, _)| task))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+}
+
+fn write_files(files: &[SeedFile], dir: &Path) -> io::Result<()> {
+    for f in files {
+        let path = dir.join(f.path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&path, f.bytes)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = if f.executable { 0o755 } else { 0o644 };
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
+        }
+    }
+    Ok(())
+}

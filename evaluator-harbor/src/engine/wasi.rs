@@ -1,13 +1,16 @@
 //! The fully sandboxed agent form: a WASI command component (wasm32-wasip2) run under
-//! wasmtime with exactly two preopens, the trial's `/app` and `/logs/agent` (read-write).
+//! wasmtime with exactly three preopens: the trial's `/app` and `/logs/agent` (read-write)
+//! and the agent's own directory (the candidate's `target/`, holding `agent.toml`) as
+//! `/agent`, read-only.
 //! No network (the default `WasiCtxBuilder` denies sockets), no inherited environment, stdin =
 //! the instruction, stdout+stderr captured (capped) to `/logs/agent/agent.txt`, a wall-clock
 //! deadline from `[agent].timeout_sec` (epoch interruption for guest code, plus an async
-//! timeout for guests blocked in host calls).
+//! timeout for guests blocked in host calls). A component is compiled once per process and
+//! content, then reused by every trial.
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use wasmtime::component::{Component, Linker, ResourceTable};
@@ -55,6 +58,44 @@ fn engine() -> Result<&'static Engine> {
         .map_err(|e| Error::infra(format!("cannot create the wasmtime engine: {e}")))
 }
 
+/// How many compiled components [`compile_cached`] keeps (most recently used first).
+const COMPILED_CACHE_SIZE: usize = 16;
+
+type Compiled = Arc<tokio::sync::OnceCell<std::result::Result<Component, String>>>;
+
+/// The component for `bytes`, compiled once per process and content: every trial of an
+/// evaluation (and every candidate shipping the same bytes) reuses it. Concurrent trials
+/// wait for the first compilation instead of repeating it. A compile error is cached too
+/// (the same bytes fail the same way).
+async fn compile_cached(
+    engine: &Engine,
+    bytes: Vec<u8>,
+) -> Result<std::result::Result<Component, String>> {
+    use sha2::{Digest, Sha256};
+    static CACHE: Mutex<Vec<([u8; 32], Compiled)>> = Mutex::new(Vec::new());
+    let key: [u8; 32] = Sha256::digest(&bytes).into();
+    let cell = {
+        let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+        let cell = match cache.iter().position(|(k, _)| *k == key) {
+            Some(i) => cache.remove(i).1,
+            None => Compiled::default(),
+        };
+        cache.insert(0, (key, cell.clone()));
+        cache.truncate(COMPILED_CACHE_SIZE);
+        cell
+    };
+    let engine = engine.clone();
+    cell.get_or_try_init(|| async move {
+        tokio::task::spawn_blocking(move || {
+            Component::new(&engine, &bytes).map_err(|e| format!("{e:#}"))
+        })
+        .await
+        .map_err(|e| Error::infra(format!("compile task failed: {e}")))
+    })
+    .await
+    .cloned()
+}
+
 /// Outcome of a component run.
 #[derive(Debug, Clone)]
 pub struct ComponentOutcome {
@@ -65,10 +106,12 @@ pub struct ComponentOutcome {
 
 /// Run the component at `path` as the agent. A component that does not load, is not a WASI
 /// command, or traps is `InvalidAgent` (candidate_invalid); a timeout is reported in the outcome.
+#[allow(clippy::too_many_arguments)]
 pub async fn run_component(
     path: &Path,
     instruction: &str,
     env: &BTreeMap<String, String>,
+    agent_dir: &Path,
     app: &Path,
     agent_logs: &Path,
     timeout: Option<Duration>,
@@ -78,11 +121,9 @@ pub async fn run_component(
     let invalid = |m: String| Error::new(ErrorKind::InvalidAgent, m).at_path(path);
     let bytes =
         std::fs::read(path).map_err(|e| invalid(format!("cannot read agent component: {e}")))?;
-    let engine2 = engine.clone();
-    let component = tokio::task::spawn_blocking(move || Component::new(&engine2, &bytes))
-        .await
-        .map_err(|e| Error::infra(format!("compile task failed: {e}")))?
-        .map_err(|e| invalid(format!("not a loadable WebAssembly component: {e:#}")))?;
+    let component = compile_cached(engine, bytes)
+        .await?
+        .map_err(|e| invalid(format!("not a loadable WebAssembly component: {e}")))?;
     let mut linker: Linker<State> = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)
         .map_err(|e| Error::infra(format!("cannot link WASI: {e}")))?;
@@ -94,6 +135,7 @@ pub async fn run_component(
         .stderr(out.clone())
         .args(&["agent"])
         .env("EVOLVE_APP_DIR", "/app")
+        .env("EVOLVE_AGENT_DIR", "/agent")
         .env("EVOLVE_AGENT_LOGS_DIR", "/logs/agent");
     if instruction.len() <= 100_000 {
         b.env("EVOLVE_INSTRUCTION", instruction);
@@ -105,6 +147,8 @@ pub async fn run_component(
         .map_err(|e| Error::infra(format!("cannot preopen /app: {e}")))?;
     b.preopened_dir(agent_logs, "/logs/agent", FsPerms::ReadWrite)
         .map_err(|e| Error::infra(format!("cannot preopen /logs/agent: {e}")))?;
+    b.preopened_dir(agent_dir, "/agent", FsPerms::ReadOnly)
+        .map_err(|e| Error::infra(format!("cannot preopen /agent: {e}")))?;
     let mut store = Store::new(
         engine,
         State {

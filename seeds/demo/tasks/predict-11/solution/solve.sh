@@ -1,0 +1,3 @@
+#!/bin/sh
+# Oracle: the hidden relation is y = 2x + 3.
+echo 25 > /app/answer.txt
