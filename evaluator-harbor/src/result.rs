@@ -94,6 +94,11 @@ pub struct TrialResult {
     pub reward: Option<f64>,
     /// Every reward key the verifier wrote (`{"reward": x}` for reward.txt).
     pub rewards: BTreeMap<String, f64>,
+    /// What the agent reported it spent (model calls), in USD: Harbor's
+    /// `agent_result.cost_usd`, or `$EVOLVE_AGENT_LOGS_DIR/cost.json` (`{"cost_usd": x}`) on
+    /// the local and docker engines. Self-reported by the agent's harness; finite, ≥ 0.
+    #[serde(default)]
+    pub cost_usd: Option<f64>,
     pub error: Option<TrialError>,
     pub agent_exit_code: Option<i32>,
     pub wall_time_sec: f64,
@@ -119,6 +124,7 @@ impl TrialResult {
             timeout_owner: None,
             reward: None,
             rewards: BTreeMap::new(),
+            cost_usd: None,
             error: Some(error),
             agent_exit_code: None,
             wall_time_sec: 0.0,
@@ -126,6 +132,16 @@ impl TrialResult {
             isolation: None,
         }
     }
+}
+
+/// The cost an agent reported in `<agent logs>/cost.json` (`{"cost_usd": x}`), if it wrote
+/// a finite, non-negative one.
+pub fn read_agent_cost(agent_logs: &Path) -> Option<f64> {
+    let bytes = std::fs::read(agent_logs.join("cost.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    v.get("cost_usd")?
+        .as_f64()
+        .filter(|c| c.is_finite() && *c >= 0.0)
 }
 
 /// Deterministic trial name: `<task>__r<repetition>`.
@@ -301,6 +317,9 @@ pub struct EvaluationResult {
     pub task_vector: TaskVector,
     pub trials: Vec<TrialResult>,
     pub wall_time_sec: f64,
+    /// Σ of the trials' reported costs.
+    #[serde(default)]
+    pub cost_usd: f64,
 }
 
 /// The reward a trial contributes, if it is scoreable under `policy`.
@@ -410,7 +429,13 @@ pub fn summarize(
     };
     let score = (outcome == TrialStatus::BenchmarkComplete)
         .then(|| scoreable.iter().sum::<f64>() / expected as f64);
+    let cost_usd = trials
+        .iter()
+        .filter_map(|t| t.cost_usd)
+        .filter(|c| c.is_finite() && *c >= 0.0)
+        .sum();
     EvaluationResult {
+        cost_usd,
         engine: engine.into(),
         agent: agent.into(),
         tasks,

@@ -404,6 +404,7 @@ impl DockerEngine {
             timeout_owner: None,
             reward: None,
             rewards: Default::default(),
+            cost_usd: None,
             error: None,
             agent_exit_code: None,
             wall_time_sec: 0.0,
@@ -534,6 +535,7 @@ impl DockerEngine {
                 ),
             ));
             result.wall_time_sec = started.elapsed().as_secs_f64();
+            result.cost_usd = crate::result::read_agent_cost(&agent_dir);
             return Ok(result);
         }
 
@@ -562,6 +564,7 @@ impl DockerEngine {
             .await?;
         let _ = self.download(&id, "/logs/verifier", &verifier_dir).await;
         result.wall_time_sec = started.elapsed().as_secs_f64();
+        result.cost_usd = crate::result::read_agent_cost(&agent_dir);
         if timed_out {
             result.status = TrialStatus::Timeout;
             result.timeout_owner = Some(TimeoutOwner::Verifier);

@@ -199,6 +199,10 @@ pub fn parse_trial_result(path: &Path, task: &str, repetition: u32) -> Result<Tr
     } else {
         r.agent_exit_code = Some(0);
     }
+    r.cost_usd = v
+        .pointer("/agent_result/cost_usd")
+        .and_then(|x| x.as_f64())
+        .filter(|c| c.is_finite() && *c >= 0.0);
     let exc_type = v
         .pointer("/exception_info/exception_type")
         .and_then(|x| x.as_str())

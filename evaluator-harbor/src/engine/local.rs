@@ -340,6 +340,7 @@ impl LocalEngine {
             timeout_owner: None,
             reward: None,
             rewards: BTreeMap::new(),
+            cost_usd: None,
             error: None,
             agent_exit_code: None,
             wall_time_sec: 0.0,
@@ -440,6 +441,7 @@ impl LocalEngine {
                         path,
                         &task.instruction,
                         &m.env,
+                        &m.dir,
                         &l.app,
                         &l.agent_logs,
                         task.config.agent_timeout(),
@@ -468,6 +470,7 @@ impl LocalEngine {
                 ),
             ));
             result.wall_time_sec = started.elapsed().as_secs_f64();
+            result.cost_usd = crate::result::read_agent_cost(&l.agent_logs);
             return Ok(result);
         }
 
@@ -500,6 +503,7 @@ impl LocalEngine {
             .await
             .map_err(|e| Error::infra(format!("cannot run tests/test.sh: {e}")))?;
         result.wall_time_sec = started.elapsed().as_secs_f64();
+        result.cost_usd = crate::result::read_agent_cost(&l.agent_logs);
         if o.timed_out {
             result.status = TrialStatus::Timeout;
             result.timeout_owner = Some(TimeoutOwner::Verifier);
