@@ -5,6 +5,8 @@
 
 pub mod builtin;
 pub mod cli;
+pub mod lifecycle;
 pub mod recipe;
 pub mod safe_tree;
 pub mod sandbox;
+pub mod workspace;

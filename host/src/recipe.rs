@@ -19,6 +19,26 @@ use serde_json::{Map, Value, json};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// A recipe shipped with evolve (`recipes/*.yaml`, embedded in the binary).
+#[derive(Debug, Clone, Copy)]
+pub struct BuiltinRecipe {
+    pub name: &'static str,
+    pub summary: &'static str,
+    pub text: &'static str,
+}
+
+/// The built-in recipes, usable by name with `evolve init --recipe NAME`.
+pub static BUILTIN: &[BuiltinRecipe] = &[BuiltinRecipe {
+    name: "local_demo",
+    summary: "offline default: the demo seed, perturb mutation, hill-climbing gate, local engine",
+    text: include_str!("../../recipes/local_demo.yaml"),
+}];
+
+/// Find a built-in recipe by name.
+pub fn builtin(name: &str) -> Option<&'static BuiltinRecipe> {
+    BUILTIN.iter().find(|r| r.name == name)
+}
+
 /// Stages a recipe must bind; the others are enabled by their key being present.
 pub const REQUIRED_STAGES: [&str; 5] = ["select", "rollout", "mutate", "gate", "record"];
 pub const OPTIONAL_STAGES: [&str; 4] = ["analyze", "validate", "novelty", "reflect"];

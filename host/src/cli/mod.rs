@@ -7,6 +7,7 @@ mod operator;
 mod recipe;
 mod samples;
 mod scaffold;
+mod workspace;
 
 use clap::{Parser, Subcommand};
 use std::fmt;
@@ -20,7 +21,7 @@ use std::process::ExitCode;
     long_about = "evolve runs agent-evolution recipes whose operators are WebAssembly \
                   components, each run with only the directories and capabilities its \
                   lifecycle stage is granted.",
-    after_help = "Examples:\n  evolve operator list\n  evolve operator run select/greedy\n  evolve operator check select/greedy --config '{}'\n  evolve tasks run ./tasks --agent oracle"
+    after_help = "Examples:\n  evolve demo                                  # the offline default experiment\n  evolve init ws --recipe recipes/local_demo.yaml\n  evolve run ws && evolve log ws && evolve verify ws\n  evolve operator list\n  evolve tasks run ./tasks --agent oracle"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -41,6 +42,24 @@ enum Command {
         after_help = "Examples:\n  evolve tasks check ./tasks\n  evolve tasks run ./tasks --engine local --agent oracle --json"
     )]
     Tasks(evaluator_harbor::cli::TasksCommand),
+    /// The offline default experiment in one command: init (first time) and run.
+    Demo(workspace::DemoArgs),
+    /// Create a workspace from a recipe: target, frozen operators and evaluator, keys; tags gen/0.
+    Init(workspace::InitArgs),
+    /// Run (or resume) the evolution in a workspace.
+    Run(workspace::RunArgs),
+    /// Experiment, generations by status, champion, budget.
+    Status(workspace::DirArgs),
+    /// One row per generation: id, parent, status, score, verdict, changed paths.
+    Log(workspace::DirArgs),
+    /// Everything about one generation, including operator logs.
+    Show(workspace::GenArgs),
+    /// Recompute everything from the evidence: chain, signatures, stamps, tags, evaluator tree, champion.
+    Verify(workspace::DirArgs),
+    /// Remove clean stale child worktrees, preserve edited ones, repair archive crash states.
+    Repair(workspace::DirArgs),
+    /// A new evaluation attempt for a generation whose evaluation failed.
+    Retry(workspace::GenArgs),
 }
 
 /// An error for the user: what went wrong, where, and what to do about it.
@@ -99,6 +118,15 @@ pub fn main() -> ExitCode {
         Command::Operator(cmd) => operator::run(cmd),
         Command::Recipe(cmd) => recipe::run(cmd),
         Command::Tasks(cmd) => Ok(ExitCode::from(u8::try_from(cmd.execute()).unwrap_or(1))),
+        Command::Demo(a) => workspace::demo_cmd(a),
+        Command::Init(a) => workspace::init_cmd(a),
+        Command::Run(a) => workspace::run_cmd(a),
+        Command::Status(a) => workspace::status_cmd(a),
+        Command::Log(a) => workspace::log_cmd(a),
+        Command::Show(a) => workspace::show_cmd(a),
+        Command::Verify(a) => workspace::verify_cmd(a),
+        Command::Repair(a) => workspace::repair_cmd(a),
+        Command::Retry(a) => workspace::retry_cmd(a),
     };
     match result {
         Ok(code) => code,

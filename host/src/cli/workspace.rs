@@ -1,0 +1,759 @@
+//! The workspace commands: `init`, `run`, `status`, `log`, `show`, `verify`, `repair`,
+//! `retry`. Each takes `--json`.
+
+use super::{CliError, CliResult, print_json, runtime};
+use crate::lifecycle::{self, Driver, RunOptions, State};
+use crate::sandbox::{self, Sandbox, SandboxConfig};
+use crate::workspace::{Workspace, WorkspaceError, init, layout};
+use clap::Args;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+impl From<WorkspaceError> for CliError {
+    fn from(e: WorkspaceError) -> CliError {
+        CliError {
+            what: e.what,
+            place: None,
+            hint: e.hint,
+            code: 2,
+        }
+    }
+}
+
+impl From<lifecycle::RunError> for CliError {
+    fn from(e: lifecycle::RunError) -> CliError {
+        CliError {
+            what: e.what,
+            place: None,
+            hint: e.hint,
+            code: 2,
+        }
+    }
+}
+
+#[derive(Args)]
+pub struct InitArgs {
+    /// The new workspace directory (must not exist, or be empty).
+    pub dir: PathBuf,
+    /// A recipe file, or the name of a built-in recipe (`evolve recipe list`).
+    #[arg(long)]
+    pub recipe: String,
+    /// Replace the recipe's target: a built-in seed name or a directory.
+    #[arg(long)]
+    pub seed: Option<String>,
+    /// Replace the recipe's task set: a built-in task set name or a directory of Harbor tasks.
+    #[arg(long)]
+    pub tasks: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// The workspace (default: the current directory).
+    #[arg(default_value = ".")]
+    pub dir: PathBuf,
+    #[arg(long)]
+    pub max_generations: Option<u32>,
+    #[arg(long)]
+    pub children_per_gen: Option<u32>,
+    /// Print the pre-flight estimate (trials and cost) and exit without running.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print only the summary.
+    #[arg(long, short)]
+    pub quiet: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct DirArgs {
+    /// The workspace (default: the current directory).
+    #[arg(default_value = ".")]
+    pub dir: PathBuf,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct GenArgs {
+    /// A generation id, e.g. `3` or `3-1`.
+    pub genid: String,
+    /// The workspace (default: the current directory).
+    #[arg(long, short, default_value = ".")]
+    pub workspace: PathBuf,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A sandbox with the user's compile cache; fuel metering when a binding asks for it.
+pub(crate) fn sandbox_for(fuel: bool) -> Result<Arc<Sandbox>, CliError> {
+    Sandbox::new(SandboxConfig {
+        cache_dir: sandbox::default_cache_dir(),
+        fuel,
+    })
+    .or_else(|_| {
+        Sandbox::new(SandboxConfig {
+            cache_dir: None,
+            fuel,
+        })
+    })
+    .map_err(|e| CliError::usage(format!("cannot create the WebAssembly engine: {e:#}")))
+}
+
+/// The recipe text and base directory for `--recipe`: a file, or a built-in recipe.
+fn recipe_source(spec: &str) -> Result<(String, PathBuf), CliError> {
+    let path = Path::new(spec);
+    if path.is_file() {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            CliError::usage(format!("cannot read the recipe: {e}")).at(spec.to_string())
+        })?;
+        return Ok((text, path.parent().map(PathBuf::from).unwrap_or_default()));
+    }
+    if let Some(r) = crate::recipe::builtin(spec) {
+        return Ok((
+            r.text.to_string(),
+            std::env::current_dir().unwrap_or_default(),
+        ));
+    }
+    let known: Vec<&str> = crate::recipe::BUILTIN.iter().map(|r| r.name).collect();
+    Err(
+        CliError::usage(format!("no recipe file or built-in recipe named `{spec}`"))
+            .hint(format!("built-in recipes: {}", known.join(", "))),
+    )
+}
+
+fn initialize(a: &InitArgs) -> Result<init::Initialized, CliError> {
+    let (text, base) = recipe_source(&a.recipe)?;
+    let sb = sandbox_for(false)?;
+    let req = init::InitRequest {
+        dir: a.dir.clone(),
+        recipe_text: text,
+        recipe_base: base,
+        seed: a.seed.clone(),
+        tasks: a.tasks.clone(),
+    };
+    Ok(runtime()?.block_on(init::init(&sb, &req))?)
+}
+
+pub fn init_cmd(a: InitArgs) -> CliResult {
+    let done = initialize(&a)?;
+    if a.json {
+        print_json(&json!({
+            "workspace": done.root, "experiment": done.experiment_id, "commit": done.commit,
+            "key": done.key_path, "tasks": {"train": done.tasks[0], "gate": done.tasks[1], "sealed": done.tasks[2]},
+        }));
+    } else {
+        println!(
+            "initialized {} (experiment {})",
+            done.root.display(),
+            done.experiment_id
+        );
+        println!("  gen/0 = {}", done.commit);
+        println!(
+            "  tasks: {} train, {} gate, {} sealed",
+            done.tasks[0], done.tasks[1], done.tasks[2]
+        );
+        println!(
+            "  signing key: {} (keep it private; the public key is keys/archive.pub)",
+            done.key_path.display()
+        );
+        println!("next: evolve run {}", a.dir.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn run_cmd(a: RunArgs) -> CliResult {
+    let ws = Workspace::open(&a.dir)?;
+    if a.dry_run {
+        return dry_run(&ws, &a);
+    }
+    let fuel = ws.recipe.operators.values().any(|b| b.fuel.is_some());
+    let sb = sandbox_for(fuel)?;
+    let rt = runtime()?;
+    let opts = RunOptions {
+        max_generations: a.max_generations,
+        children_per_gen: a.children_per_gen,
+        verbose: !a.quiet && !a.json,
+    };
+    let summary = rt.block_on(async {
+        let driver = Driver::open(ws, sb, opts.verbose).await?;
+        driver.run(&opts).await
+    })?;
+    if a.json {
+        print_json(&serde_json::to_value(&summary).unwrap_or(Value::Null));
+    } else {
+        let s = |x: Option<f64>| lifecycle_score(x);
+        println!(
+            "run {}: {} generation(s)",
+            summary.status, summary.generations
+        );
+        println!(
+            "  gate score: gen 0 {} -> champion {} ({})",
+            s(summary.genesis_score),
+            s(summary.champion_score),
+            summary
+                .champion
+                .as_deref()
+                .map(|c| format!("gen {c}"))
+                .unwrap_or_else(|| "none".into())
+        );
+        println!(
+            "  sealed anchor: before {} -> after {}",
+            s(summary.anchor_before),
+            s(summary.anchor_after)
+        );
+        println!(
+            "  spent ${:.4} of ${:.4}",
+            summary.spent_usd, summary.budget_usd
+        );
+        if summary.status == "budget_exhausted" {
+            println!(
+                "  the budget is spent: the run stopped before a generation it could not pay for"
+            );
+        }
+    }
+    Ok(if summary.status == "complete" {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn lifecycle_score(x: Option<f64>) -> String {
+    x.map_or_else(|| "-".into(), |v| format!("{v:.4}"))
+}
+
+fn dry_run(ws: &Workspace, a: &RunArgs) -> CliResult {
+    let r = &ws.recipe;
+    let gens = a.max_generations.unwrap_or(r.experiment.max_generations) as u64;
+    let kids = a
+        .children_per_gen
+        .unwrap_or(r.experiment.children_per_gen)
+        .max(1) as u64;
+    let reps = ws.task_set.repetitions as u64;
+    let gate = ws.task_set.split.members(ws.primary_split()).len() as u64;
+    let sealed = ws.task_set.split.sealed.len() as u64;
+    let trials = gens * kids * gate * reps;
+    let anchors = if sealed > 0 {
+        (1 + r.evaluator.anchor.final_ as u64) * sealed * reps
+    } else {
+        0
+    };
+    let state = read_state(ws);
+    let per_trial = state
+        .row("0")
+        .and_then(|r| r.evaluation.as_ref())
+        .and_then(|e| {
+            let t = e.stamp.get("trials").and_then(Value::as_u64)?;
+            (t > 0).then(|| e.cost_usd() / t as f64)
+        });
+    let estimate = per_trial.map(|c| c * (trials + gate * reps + anchors) as f64);
+    if a.json {
+        print_json(&json!({
+            "generations": gens, "children_per_gen": kids, "tasks_per_evaluation": gate, "repetitions": reps,
+            "candidate_trials": trials, "genesis_and_anchor_trials": gate * reps + anchors,
+            "cost_per_trial_usd": per_trial, "estimated_cost_usd": estimate,
+            "spent_usd": state.spent(), "budget_usd": r.experiment.budget_usd,
+        }));
+    } else {
+        println!("pre-flight estimate for {}:", ws.root().display());
+        println!(
+            "  {gens} generation(s) × {kids} child(ren) × {gate} task(s) × {reps} repetition(s) = {trials} candidate trial(s)"
+        );
+        println!(
+            "  plus {} genesis and sealed-anchor trial(s)",
+            gate * reps + anchors
+        );
+        match (per_trial, estimate) {
+            (Some(p), Some(e)) => println!(
+                "  measured cost per trial ${p:.6} (gen/0): estimated ${e:.4} in evaluations"
+            ),
+            _ => println!("  cost per trial: not measured yet (gen/0 has not been evaluated)"),
+        }
+        println!(
+            "  spent so far ${:.4}; budget ${:.4}",
+            state.spent(),
+            r.experiment.budget_usd
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The certified state, read without the lock or the secret key (the full audit).
+fn read_state(ws: &Workspace) -> State {
+    let report = audit(ws);
+    let spent = report.rows.iter().map(|r| r.cost_usd).sum();
+    lifecycle::State {
+        rows: report.rows,
+        eligibility: report.eligibility,
+        champion: report.champion,
+        spent,
+        selections: Default::default(),
+        playbook: Vec::new(),
+    }
+}
+
+fn audit(ws: &Workspace) -> evolve_archive::Report {
+    let cache = std::fs::read(ws.paths.champion_cache())
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+    evolve_archive::verify(
+        &ws.paths.archive(),
+        &ws.paths.receipts(),
+        &ws.public_key,
+        &|g| ws.tag_commit(g),
+        cache.as_ref(),
+    )
+}
+
+/// Raw archive events (for display only; certification comes from the audit).
+fn raw_events(ws: &Workspace) -> Vec<Value> {
+    std::fs::read(ws.paths.archive())
+        .map(|b| {
+            b.split(|c| *c == b'\n')
+                .filter_map(|l| serde_json::from_slice(l).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn status_of(row: &evolve_archive::Row) -> String {
+    if row.pending_gate && row.status.as_deref() == Some("benchmark_complete") {
+        return "pending_gate".into();
+    }
+    match (
+        row.status.as_deref(),
+        row.evaluation.is_some(),
+        row.commit.is_some(),
+    ) {
+        (Some(s), _, _) => s.to_string(),
+        (None, false, true) => "committed".into(),
+        _ => "pending".into(),
+    }
+}
+
+pub fn status_cmd(a: DirArgs) -> CliResult {
+    let ws = Workspace::open(&a.dir)?;
+    let report = audit(&ws);
+    let mut counts = std::collections::BTreeMap::<String, u32>::new();
+    for r in &report.rows {
+        *counts.entry(status_of(r)).or_default() += 1;
+    }
+    let spent: f64 = report.rows.iter().map(|r| r.cost_usd).sum();
+    let generations = report
+        .rows
+        .iter()
+        .filter_map(|r| evolve_archive::event::genid_generation(&r.genid))
+        .max()
+        .unwrap_or(0);
+    if a.json {
+        print_json(&json!({
+            "experiment": ws.experiment_id, "workspace": ws.root(), "generations": generations,
+            "by_status": counts, "champion": report.champion, "spent_usd": spent,
+            "budget_usd": ws.recipe.experiment.budget_usd, "integrity": report.verdict(), "findings": report.findings.len(),
+        }));
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("experiment {} ({})", ws.experiment_id, ws.root().display());
+    println!(
+        "  generations: {generations} (max {})",
+        ws.recipe.experiment.max_generations
+    );
+    let list: Vec<String> = counts.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    println!("  by status: {}", list.join(", "));
+    match &report.champion {
+        Some(c) => println!("  champion: gen {} (score {:.4})", c.genid, c.score),
+        None => println!("  champion: none yet"),
+    }
+    println!(
+        "  spent ${spent:.4} of ${:.4}",
+        ws.recipe.experiment.budget_usd
+    );
+    if !report.ok() {
+        println!(
+            "  integrity: {} finding(s); run `evolve verify`",
+            report.findings.len()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Number of changed paths per genid, from generation events.
+fn changes_by_genid(ws: &Workspace) -> std::collections::HashMap<String, usize> {
+    raw_events(ws)
+        .into_iter()
+        .filter(|e| e.get("type").and_then(Value::as_str) == Some("generation"))
+        .filter_map(|e| {
+            let g = e.get("genid")?.as_str()?.to_string();
+            let n = e
+                .get("body")?
+                .get("changes")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+            Some((g, n))
+        })
+        .collect()
+}
+
+pub fn log_cmd(a: DirArgs) -> CliResult {
+    let ws = Workspace::open(&a.dir)?;
+    let report = audit(&ws);
+    let changes = changes_by_genid(&ws);
+    let rows: Vec<Value> = report
+        .rows
+        .iter()
+        .map(|r| {
+            json!({
+                "genid": r.genid, "parent": r.parent, "status": status_of(r), "score": r.score(),
+                "verdict": r.verdict, "changed_paths": changes.get(&r.genid).copied().unwrap_or(0),
+                "eligible": report.eligibility.iter().any(|e| e.genid == r.genid && e.eligible),
+                "champion": report.champion.as_ref().is_some_and(|c| c.genid == r.genid),
+            })
+        })
+        .collect();
+    if a.json {
+        print_json(&Value::Array(rows));
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<8} {:<8} {:<22} {:>8} {:<8} {:>7}",
+        "gen", "parent", "status", "score", "verdict", "changed"
+    );
+    for r in &rows {
+        let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("-").to_string();
+        let score = r
+            .get("score")
+            .and_then(Value::as_f64)
+            .map_or("-".into(), |v| format!("{v:.4}"));
+        let mark = if r["champion"] == json!(true) {
+            " *"
+        } else {
+            ""
+        };
+        println!(
+            "{:<8} {:<8} {:<22} {:>8} {:<8} {:>7}{mark}",
+            s("genid"),
+            s("parent"),
+            s("status"),
+            score,
+            s("verdict"),
+            r["changed_paths"]
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn show_cmd(a: GenArgs) -> CliResult {
+    let ws = Workspace::open(&a.workspace)?;
+    let report = audit(&ws);
+    let row = report
+        .rows
+        .iter()
+        .find(|r| r.genid == a.genid)
+        .ok_or_else(|| {
+            CliError::usage(format!("generation `{}` is not in the archive", a.genid))
+                .hint("`evolve log` lists the generations")
+        })?;
+    let reasons = report
+        .eligibility
+        .iter()
+        .find(|e| e.genid == a.genid)
+        .map(|e| e.reasons.iter().map(|r| r.to_string()).collect::<Vec<_>>())
+        .unwrap_or_default();
+    let events: Vec<Value> = raw_events(&ws)
+        .into_iter()
+        .filter(|e| e.get("genid").and_then(Value::as_str) == Some(a.genid.as_str()))
+        .collect();
+    let run_dir = ws.paths.run_dir(&a.genid);
+    let mut logs = serde_json::Map::new();
+    for stage in crate::sandbox::ALL_STAGES {
+        let name = crate::sandbox::stage_name(stage);
+        let dir = run_dir.join(name);
+        if !dir.is_dir() {
+            continue;
+        }
+        let read = |f: &str| {
+            std::fs::read(dir.join(f))
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .unwrap_or_default()
+        };
+        let result: Value = serde_json::from_str(&read("result.json")).unwrap_or(Value::Null);
+        logs.insert(name.into(), json!({"dir": dir, "result": result, "stdout": read("operator.stdout.log"), "stderr": read("operator.stderr.log")}));
+    }
+    if a.json {
+        print_json(
+            &json!({"row": row, "eligible": reasons.is_empty(), "ineligible_because": reasons, "events": events, "stages": logs, "tag": ws.tag_commit(&a.genid)}),
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "generation {} (parent {})",
+        row.genid,
+        row.parent.as_deref().unwrap_or("-")
+    );
+    println!(
+        "  status: {}  score: {}  verdict: {}",
+        status_of(row),
+        lifecycle_score(row.score()),
+        row.verdict.as_deref().unwrap_or("-")
+    );
+    if let Some(reason) = &row.reason {
+        println!("  reason: {reason}");
+    }
+    println!(
+        "  tag gen/{}: {}",
+        row.genid,
+        ws.tag_commit(&row.genid).unwrap_or_else(|| "(none)".into())
+    );
+    if reasons.is_empty() {
+        println!("  eligible as a parent");
+    } else {
+        println!("  not an eligible parent: {}", reasons.join("; "));
+    }
+    for a in &row.anchors {
+        println!(
+            "  sealed anchor: {} score {}",
+            a.outcome().unwrap_or("-"),
+            lifecycle_score(a.score())
+        );
+    }
+    if !row.annotations.is_empty() {
+        println!("  annotations: {}", Value::Object(row.annotations.clone()));
+    }
+    println!("  events:");
+    for e in &events {
+        println!(
+            "    #{} {} {}",
+            e["seq"],
+            e["type"].as_str().unwrap_or("?"),
+            summarize_body(&e["body"])
+        );
+    }
+    for (stage, l) in &logs {
+        println!("  {stage}: {}", l["result"]);
+        let err = l["stderr"].as_str().unwrap_or("");
+        if !err.trim().is_empty() {
+            println!(
+                "    stderr: {}",
+                err.trim()
+                    .lines()
+                    .rev()
+                    .take(5)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect::<Vec<_>>()
+                    .join("\n            ")
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn summarize_body(body: &Value) -> String {
+    let Some(m) = body.as_object() else {
+        return String::new();
+    };
+    let mut parts = Vec::new();
+    for k in [
+        "status",
+        "outcome",
+        "purpose",
+        "score",
+        "verdict",
+        "parent",
+        "reason",
+        "failure_stage",
+    ] {
+        if let Some(v) = m.get(k).filter(|v| !v.is_null()) {
+            let text = v
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| v.to_string());
+            parts.push(format!(
+                "{k}={}",
+                if text.len() > 120 {
+                    format!(
+                        "{}…",
+                        &text[..text.char_indices().nth(117).map_or(text.len(), |(i, _)| i)]
+                    )
+                } else {
+                    text
+                }
+            ));
+        }
+    }
+    parts.join(" ")
+}
+
+pub fn verify_cmd(a: DirArgs) -> CliResult {
+    let ws = Workspace::open(&a.dir)?;
+    let mut report = audit(&ws);
+    let tagged: Vec<String> = ws
+        .store
+        .tags("gen/")
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(n, _)| n.trim_start_matches("gen/").to_string())
+        .collect();
+    report
+        .findings
+        .extend(evolve_archive::untracked_tags(&report.rows, &tagged));
+    let mut extra = Vec::new();
+    // Every certified evaluation's tree must be its commit's tree.
+    for row in &report.rows {
+        for ev in row
+            .evaluation
+            .iter()
+            .chain(&row.anchors)
+            .chain(&row.other_evaluations)
+        {
+            let (Some(c), Some(t)) = (
+                ev.candidate_commit(),
+                ev.stamp.get("candidate_tree").and_then(Value::as_str),
+            ) else {
+                continue;
+            };
+            match evolve_snapshot::Oid::from_str(c)
+                .ok()
+                .and_then(|o| ws.store.tree_of(o).ok())
+            {
+                Some(tree) if tree.to_string() == t => {}
+                Some(tree) => extra.push(format!(
+                    "gen {}: archive line {} stamps tree {t} but commit {c} has tree {tree}",
+                    row.genid, ev.line
+                )),
+                None => extra.push(format!(
+                    "gen {}: archive line {} names commit {c}, which the repository does not have",
+                    row.genid, ev.line
+                )),
+            }
+        }
+    }
+    // The evaluator tree of every tagged generation must be gen/0's.
+    for g in &tagged {
+        if let Some(c) = ws.store.tag_target(&layout::tag_name(g)).ok().flatten()
+            && let Ok(Some(t)) = ws.store.subtree(c, layout::EVALUATOR_DIR)
+            && t != ws.evaluator_tree
+        {
+            extra.push(format!(
+                "gen/{g}: evaluator tree {t} differs from gen/0's {}",
+                ws.evaluator_tree
+            ));
+        }
+    }
+    let ok = report.ok() && extra.is_empty();
+    if a.json {
+        print_json(
+            &json!({"ok": ok, "findings": report.findings, "repository_findings": extra, "lines": report.lines, "certified": report.certified, "champion": report.champion}),
+        );
+    } else {
+        for f in &report.findings {
+            println!("{f}");
+        }
+        for f in &extra {
+            println!("repository: {f}");
+        }
+        println!(
+            "verify: {} ({} line(s), {} certified; champion {})",
+            if ok { "ok" } else { "FAIL" },
+            report.lines,
+            report.certified,
+            report
+                .champion
+                .as_ref()
+                .map(|c| format!("gen {} {:.4}", c.genid, c.score))
+                .unwrap_or_else(|| "none".into())
+        );
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+pub fn repair_cmd(a: DirArgs) -> CliResult {
+    let ws = Workspace::open(&a.dir)?;
+    let actions = lifecycle::repair::repair(&ws)?;
+    if a.json {
+        print_json(&json!({"actions": actions}));
+    } else {
+        for line in &actions {
+            println!("{line}");
+        }
+        println!(
+            "repair: {}",
+            if actions.is_empty() {
+                "healthy".to_string()
+            } else {
+                format!("{} item(s)", actions.len())
+            }
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn retry_cmd(a: GenArgs) -> CliResult {
+    let ws = Workspace::open(&a.workspace)?;
+    let fuel = ws.recipe.operators.values().any(|b| b.fuel.is_some());
+    let sb = sandbox_for(fuel)?;
+    let verbose = !a.json;
+    let outcome = runtime()?.block_on(async {
+        let driver = Driver::open(ws, sb, verbose).await?;
+        driver.retry(&a.genid).await
+    })?;
+    if a.json {
+        print_json(&json!({"genid": a.genid, "outcome": outcome}));
+    } else {
+        println!("retry gen {}: {outcome}", a.genid);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Args)]
+pub struct DemoArgs {
+    /// Where to create (or continue) the demo workspace.
+    #[arg(default_value = "evolve-demo")]
+    pub dir: PathBuf,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `evolve demo`: the offline default experiment in one command (built-in `local_demo`
+/// recipe: demo seed, local engine, no Docker, no network, no API key). Creates the
+/// workspace on first use and runs (or resumes) it.
+pub fn demo_cmd(a: DemoArgs) -> CliResult {
+    let fresh = !a.dir.exists();
+    if fresh {
+        let args = InitArgs {
+            dir: a.dir.clone(),
+            recipe: "local_demo".into(),
+            seed: None,
+            tasks: None,
+            json: a.json,
+        };
+        if a.json {
+            initialize(&args)?;
+        } else {
+            init_cmd(args)?;
+        }
+    }
+    let code = run_cmd(RunArgs {
+        dir: a.dir.clone(),
+        max_generations: None,
+        children_per_gen: None,
+        dry_run: false,
+        quiet: false,
+        json: a.json,
+    })?;
+    if !a.json {
+        let d = a.dir.display();
+        println!("explore it: evolve log {d} | evolve show 1 -w {d} | evolve verify {d}");
+    }
+    Ok(code)
+}

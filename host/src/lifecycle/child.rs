@@ -1,0 +1,919 @@
+//! One candidate transaction: fork the parent's certified commit → rollout → analyze* →
+//! mutate → surface check on the actual tree diff → validate* → novelty* → commit and tag
+//! `gen/<id>` → framework evaluation → gate → record → reflect*. Every early stop is a
+//! typed, archived attempt.
+
+use super::evaluate::{EvalError, EvalRequest};
+use super::view::{self, row_json, row_view};
+use super::{Driver, Result, RunError, State, certified_attempts, fmt_score, status_body};
+use crate::safe_tree::{self, TreeLimits};
+use crate::sandbox::types::{self as wit, Stage};
+use crate::sandbox::{StageInput, StageOutput};
+use crate::workspace::layout;
+use evolve_archive::types;
+use evolve_snapshot::{Change, ChangeKind, Limits as SnapshotLimits, Oid};
+use serde_json::{Map, Value, json};
+use std::path::{Path, PathBuf};
+
+/// What a genid still needs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Next {
+    /// Terminal: nothing left to do.
+    Done,
+    /// Not started (or interrupted before anything was archived): run from select on.
+    Fresh,
+    Resume(Step),
+}
+
+/// Where an interrupted transaction resumes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Committed (maybe not yet tagged) but no certified evaluation.
+    Evaluate { commit: Oid, parent: Option<String> },
+    /// Evaluated completely; the gate has not decided.
+    Gate { commit: Oid, parent: Option<String> },
+    /// Gated; record has not run.
+    Record { commit: Oid, parent: Option<String> },
+}
+
+/// Statuses that end an attempt before or without an evaluation.
+const EARLY_STOPS: [&str; 6] = [
+    "no_proposal",
+    "invalid_proposal",
+    "rejected_validation",
+    "rejected_duplicate",
+    "operator_failed",
+    "budget_exhausted",
+];
+
+/// Decide from the archive what `genid` still needs.
+pub fn next_step(state: &State, genid: &str) -> Next {
+    let Some(row) = state.row(genid) else {
+        return Next::Fresh;
+    };
+    if row
+        .status
+        .as_deref()
+        .is_some_and(|s| EARLY_STOPS.contains(&s))
+    {
+        return Next::Done;
+    }
+    let Some(commit) = row.commit.as_deref().and_then(|c| Oid::from_str(c).ok()) else {
+        // Only bookkeeping events (e.g. a repair note) name it: nothing was committed.
+        return if row.evaluation.is_none() {
+            Next::Fresh
+        } else {
+            Next::Done
+        };
+    };
+    let parent = row.parent.clone();
+    match &row.evaluation {
+        None => Next::Resume(Step::Evaluate { commit, parent }),
+        Some(e) if e.outcome() != Some("benchmark_complete") => Next::Done,
+        Some(_) if row.pending_gate => Next::Resume(Step::Gate { commit, parent }),
+        Some(_) if !row.recorded && row.verdict.is_some() => {
+            Next::Resume(Step::Record { commit, parent })
+        }
+        Some(_) => Next::Done,
+    }
+}
+
+fn changed_paths(changes: &[Change]) -> Vec<String> {
+    changes.iter().map(|c| c.path.clone()).collect()
+}
+
+fn change_json(c: &Change) -> Value {
+    let kind = match c.kind {
+        ChangeKind::Added => "added",
+        ChangeKind::Modified => "modified",
+        ChangeKind::Deleted => "deleted",
+    };
+    json!({"path": c.path, "change": kind})
+}
+
+/// Keep a text short enough for an archive line.
+fn clip(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… [{} more bytes]", &s[..end], s.len() - end)
+}
+
+impl Driver {
+    /// Archive an early stop and discard the child's worktree.
+    fn early_stop(
+        &self,
+        genid: &str,
+        parent: &str,
+        status: &str,
+        stage: Option<&str>,
+        reason: &str,
+        worktree: &Path,
+    ) -> Result<()> {
+        let reason = clip(&self.redactor.redact(reason), 4000);
+        self.append(
+            types::STATUS,
+            Some(genid),
+            status_body(status, stage, &reason, Some(parent)),
+        )?;
+        let _ = std::fs::remove_dir_all(worktree);
+        let _ = std::fs::remove_file(
+            self.ws
+                .paths
+                .run_dir(genid)
+                .join(super::repair::FORK_MARKER),
+        );
+        self.say(format!(
+            "gen {genid}: {status}{}: {reason}",
+            stage.map(|s| format!(" ({s})")).unwrap_or_default()
+        ));
+        Ok(())
+    }
+
+    fn parent_view(&self, state: &State, parent: &str) -> Option<wit::ArchiveRow> {
+        state
+            .row(parent)
+            .map(|r| row_view(r, state.eligible(parent), &self.redactor))
+    }
+
+    /// Run a fresh child of `parent` as `genid`.
+    pub(crate) async fn run_child(&self, genid: &str, parent: String) -> Result<()> {
+        let state = self.state();
+        let parent_row = state
+            .row(&parent)
+            .ok_or_else(|| RunError::new(format!("parent {parent} has no archive row")))?;
+        let parent_commit = parent_row
+            .evaluation
+            .as_ref()
+            .and_then(|e| e.candidate_commit())
+            .and_then(|c| Oid::from_str(c).ok())
+            .ok_or_else(|| RunError::new(format!("parent {parent} has no certified commit")))?;
+        let wt = self.ws.paths.worktree(genid);
+        let run_dir = self.ws.paths.run_dir(genid);
+        if let Some(p) = wt.parent() {
+            std::fs::create_dir_all(p)
+                .map_err(|e| RunError::new(format!("cannot create {}: {e}", p.display())))?;
+        }
+        self.ws.store.materialize(parent_commit, &wt).map_err(|e| {
+            RunError::new(format!(
+                "cannot fork gen/{parent} into {}: {e}",
+                wt.display()
+            ))
+        })?;
+        super::stages::write_json(
+            &run_dir.join(super::repair::FORK_MARKER),
+            &json!({"parent": parent, "commit": parent_commit.to_string()}),
+        );
+        let parent_view = self
+            .parent_view(&state, &parent)
+            .ok_or_else(|| RunError::new(format!("parent {parent} has no archive row")))?;
+        self.say(format!(
+            "gen {genid}: forked gen/{parent} (score {})",
+            fmt_score(parent_row.score())
+        ));
+        let p = Some(parent.as_str());
+
+        // Rollout and analyze run the parent's operators on the fork.
+        let ctx = self.stages.context(Stage::Rollout, genid, p);
+        let record = json!({"parent": row_json(&parent_view)});
+        let rollout = match self
+            .stages
+            .call(
+                Stage::Rollout,
+                &wt,
+                &run_dir.join("rollout"),
+                None,
+                StageInput::Rollout {
+                    ctx,
+                    parent: parent_view.clone(),
+                },
+                record,
+            )
+            .await
+        {
+            Ok(StageOutput::Evidence(e)) => e,
+            Ok(_) => {
+                return self.early_stop(
+                    genid,
+                    &parent,
+                    "operator_failed",
+                    Some("rollout"),
+                    "rollout returned something other than evidence",
+                    &wt,
+                );
+            }
+            Err(f) => {
+                return self.early_stop(
+                    genid,
+                    &parent,
+                    "operator_failed",
+                    Some("rollout"),
+                    &f.message,
+                    &wt,
+                );
+            }
+        };
+        let analysis = if self.stages.enabled(Stage::Analyze) {
+            let ctx = self.stages.context(Stage::Analyze, genid, p);
+            let record =
+                json!({"rollout": {"summary": rollout.summary, "artifacts": rollout.artifacts}});
+            match self
+                .stages
+                .call(
+                    Stage::Analyze,
+                    &wt,
+                    &run_dir.join("analyze"),
+                    None,
+                    StageInput::Analyze {
+                        ctx,
+                        rollout: rollout.clone(),
+                    },
+                    record,
+                )
+                .await
+            {
+                Ok(StageOutput::Evidence(e)) => Some(e),
+                Ok(_) => {
+                    return self.early_stop(
+                        genid,
+                        &parent,
+                        "operator_failed",
+                        Some("analyze"),
+                        "analyze returned something other than evidence",
+                        &wt,
+                    );
+                }
+                Err(f) => {
+                    return self.early_stop(
+                        genid,
+                        &parent,
+                        "operator_failed",
+                        Some("analyze"),
+                        &f.message,
+                        &wt,
+                    );
+                }
+            }
+        } else {
+            None
+        };
+
+        // Mutate edits the fork, with a train-only feedback bundle.
+        let feedback = self.feedback_bundle(&run_dir, &parent_view, &rollout, analysis.as_ref())?;
+        let ctx = self.stages.context(Stage::Mutate, genid, p);
+        let observation = wit::Observation {
+            rollout: Some(rollout.clone()),
+            analysis: analysis.clone(),
+            feedback_dir: Some("/feedback".into()),
+            surface: wit::Surface {
+                includes: self.ws.recipe.surface.include.clone(),
+                excludes: self.ws.recipe.surface.exclude.clone(),
+            },
+        };
+        let record = json!({"feedback": "feedback/", "surface": {"include": self.ws.recipe.surface.include, "exclude": self.ws.recipe.surface.exclude}});
+        let proposal = match self
+            .stages
+            .call(
+                Stage::Mutate,
+                &wt,
+                &run_dir.join("mutate"),
+                Some(&feedback),
+                StageInput::Mutate { ctx, observation },
+                record,
+            )
+            .await
+        {
+            Ok(StageOutput::Proposal(p)) => p,
+            Ok(_) => {
+                return self.early_stop(
+                    genid,
+                    &parent,
+                    "operator_failed",
+                    Some("mutate"),
+                    "mutate returned something other than a proposal",
+                    &wt,
+                );
+            }
+            Err(f) => {
+                return self.early_stop(
+                    genid,
+                    &parent,
+                    "operator_failed",
+                    Some("mutate"),
+                    &f.message,
+                    &wt,
+                );
+            }
+        };
+
+        // The surface check uses the actual tree, never the operator's claim.
+        let snap = match self.ws.store.snapshot(
+            &wt,
+            Some(parent_commit),
+            &SnapshotLimits::default(),
+            &layout::skip_top_level,
+        ) {
+            Ok(s) => s,
+            Err(e) => {
+                return self.early_stop(
+                    genid,
+                    &parent,
+                    "invalid_proposal",
+                    Some("mutate"),
+                    &format!("the mutated tree cannot be snapshotted: {e}"),
+                    &wt,
+                );
+            }
+        };
+        if snap.changes.is_empty() {
+            return self.early_stop(
+                genid,
+                &parent,
+                "no_proposal",
+                Some("mutate"),
+                "no changes to commit",
+                &wt,
+            );
+        }
+        let violations = self.surface.check(&snap.changes);
+        if !violations.is_empty() {
+            let list: Vec<String> = violations
+                .iter()
+                .take(20)
+                .map(|v| format!("{} ({})", v.path, v.reason))
+                .collect();
+            let why = format!(
+                "{} change(s) outside the mutable surface: {}",
+                violations.len(),
+                list.join("; ")
+            );
+            return self.early_stop(
+                genid,
+                &parent,
+                "invalid_proposal",
+                Some("surface"),
+                &why,
+                &wt,
+            );
+        }
+        let changed = changed_paths(&snap.changes);
+
+        // Validate and novelty run the parent's operators on the mutated tree.
+        if self.stages.enabled(Stage::Validate) {
+            let ctx = self.stages.context(Stage::Validate, genid, p);
+            match self
+                .stages
+                .call(
+                    Stage::Validate,
+                    &wt,
+                    &run_dir.join("validate"),
+                    None,
+                    StageInput::Validate {
+                        ctx,
+                        changed: changed.clone(),
+                    },
+                    json!({"changed": changed}),
+                )
+                .await
+            {
+                Ok(StageOutput::Validation(v)) if v.accept => {}
+                Ok(StageOutput::Validation(v)) => {
+                    return self.early_stop(
+                        genid,
+                        &parent,
+                        "rejected_validation",
+                        Some("validate"),
+                        &format!("candidate validation rejected: {}", v.reason),
+                        &wt,
+                    );
+                }
+                Ok(_) => {
+                    return self.early_stop(
+                        genid,
+                        &parent,
+                        "operator_failed",
+                        Some("validate"),
+                        "validate returned something other than a validation",
+                        &wt,
+                    );
+                }
+                Err(f) => {
+                    return self.early_stop(
+                        genid,
+                        &parent,
+                        "operator_failed",
+                        Some("validate"),
+                        &f.message,
+                        &wt,
+                    );
+                }
+            }
+        }
+        if self.stages.enabled(Stage::Novelty) {
+            let parent_tree = self
+                .ws
+                .store
+                .tree_of(parent_commit)
+                .map_err(|e| RunError::new(e.to_string()))?;
+            let surface = &self.surface;
+            let patch = self
+                .ws
+                .store
+                .unified_diff(
+                    parent_tree,
+                    snap.tree,
+                    &|path: &str| surface.allows(path),
+                    256 << 10,
+                )
+                .unwrap_or_default();
+            let diff = wit::CandidateDiff {
+                changed_paths: changed.clone(),
+                patch,
+                recent_accepted: self.recent_accepted_diffs(&state, 5),
+            };
+            let ctx = self.stages.context(Stage::Novelty, genid, p);
+            match self
+                .stages
+                .call(
+                    Stage::Novelty,
+                    &wt,
+                    &run_dir.join("novelty"),
+                    None,
+                    StageInput::Novelty { ctx, diff },
+                    json!({"changed": changed}),
+                )
+                .await
+            {
+                Ok(StageOutput::Novelty(n)) if n.accept => {}
+                Ok(StageOutput::Novelty(n)) => {
+                    return self.early_stop(
+                        genid,
+                        &parent,
+                        "rejected_duplicate",
+                        Some("novelty"),
+                        &format!(
+                            "novelty {:.3}: a near-duplicate of an accepted edit",
+                            n.novelty
+                        ),
+                        &wt,
+                    );
+                }
+                Ok(_) => {
+                    return self.early_stop(
+                        genid,
+                        &parent,
+                        "operator_failed",
+                        Some("novelty"),
+                        "novelty returned something other than a verdict",
+                        &wt,
+                    );
+                }
+                Err(f) => {
+                    return self.early_stop(
+                        genid,
+                        &parent,
+                        "operator_failed",
+                        Some("novelty"),
+                        &f.message,
+                        &wt,
+                    );
+                }
+            }
+        }
+
+        // Commit the reviewed tree, archive it, then tag it (a tag never precedes its row).
+        let commit = self
+            .ws
+            .store
+            .commit(
+                snap.tree,
+                Some(parent_commit),
+                &format!("evolve: generation {genid} (parent {parent})"),
+                false,
+            )
+            .map_err(|e| RunError::new(format!("cannot commit gen {genid}: {e}")))?;
+        let mut body = Map::new();
+        body.insert("parent".into(), json!(parent));
+        body.insert("commit".into(), json!(commit.to_string()));
+        body.insert("tree".into(), json!(snap.tree.to_string()));
+        body.insert(
+            "changes".into(),
+            Value::Array(snap.changes.iter().map(change_json).collect()),
+        );
+        body.insert(
+            "claimed".into(),
+            json!(proposal.changed.iter().take(200).collect::<Vec<_>>()),
+        );
+        body.insert(
+            "notes".into(),
+            json!(
+                proposal
+                    .notes
+                    .iter()
+                    .take(20)
+                    .map(|n| clip(&self.redactor.redact(n), 500))
+                    .collect::<Vec<_>>()
+            ),
+        );
+        body.insert("usage_claimed".into(), json!({"input_tokens": proposal.usage.input_tokens, "output_tokens": proposal.usage.output_tokens, "usd": if proposal.usage.usd.is_finite() { proposal.usage.usd } else { 0.0 }}));
+        // Metered spend of this generation's operator calls (the host meters model calls;
+        // an operator's own usage figure is kept only as a claim).
+        body.insert("cost_usd".into(), json!(0.0));
+        self.append(types::GENERATION, Some(genid), body)?;
+        self.ensure_tag(genid, commit)?;
+        let _ = std::fs::remove_dir_all(&wt);
+        let _ = std::fs::remove_file(run_dir.join(super::repair::FORK_MARKER));
+        self.say(format!(
+            "gen {genid}: committed {} change(s) as gen/{genid}",
+            changed.len()
+        ));
+        self.finish(genid, Some(parent), commit).await
+    }
+
+    /// Create `gen/<genid>` if it does not exist yet.
+    fn ensure_tag(&self, genid: &str, commit: Oid) -> Result<()> {
+        let name = layout::tag_name(genid);
+        match self.ws.store.tag_target(&name) {
+            Ok(Some(_)) => Ok(()),
+            _ => self
+                .ws
+                .store
+                .tag(&name, commit)
+                .map_err(|e| RunError::new(format!("cannot tag {name}: {e}"))),
+        }
+    }
+
+    /// Resume an interrupted transaction.
+    pub(crate) async fn resume(&self, genid: &str, step: Step) -> Result<()> {
+        self.say(format!("gen {genid}: resuming ({step:?})"));
+        match step {
+            Step::Evaluate { commit, parent } => {
+                self.ensure_tag(genid, commit)?;
+                self.finish(genid, parent, commit).await
+            }
+            Step::Gate { commit, parent } => {
+                self.gate_record_reflect(genid, parent.as_deref(), commit)
+                    .await
+            }
+            Step::Record { commit, parent } => {
+                self.record(genid, parent.as_deref(), commit).await?;
+                self.reflect(genid, parent.as_deref()).await
+            }
+        }
+    }
+
+    pub(crate) async fn finish_public(
+        &self,
+        genid: &str,
+        parent: Option<String>,
+        commit: Oid,
+    ) -> Result<()> {
+        self.finish(genid, parent, commit).await
+    }
+
+    /// Evaluate a committed child, then gate, record and reflect.
+    async fn finish(&self, genid: &str, parent: Option<String>, commit: Oid) -> Result<()> {
+        let state = self.state();
+        let attempts = state
+            .row(genid)
+            .map(|r| certified_attempts(r, "candidate"))
+            .unwrap_or_default();
+        let req = EvalRequest {
+            genid: genid.to_string(),
+            parent: parent.clone(),
+            commit,
+            purpose: "candidate",
+            split: self.ws.primary_split(),
+            certified_attempts: attempts,
+        };
+        let ev = match super::evaluate::evaluate(&self.ws, self.engine.clone(), &req, None).await {
+            Ok(ev) => ev,
+            Err(e @ EvalError::EvaluatorChanged { .. }) => {
+                let reason = e.to_string();
+                self.append(
+                    types::STATUS,
+                    Some(genid),
+                    status_body(
+                        "invalid_proposal",
+                        Some("evaluate"),
+                        &reason,
+                        parent.as_deref(),
+                    ),
+                )?;
+                self.say(format!("gen {genid}: invalid_proposal: {reason}"));
+                return Ok(());
+            }
+            Err(EvalError::Host(m)) => {
+                return Err(RunError::new(format!(
+                    "evaluation of gen/{genid} failed in the host: {m}"
+                )));
+            }
+        };
+        self.append_evaluation(genid, &ev)?;
+        self.say(format!(
+            "gen {genid}: evaluated: {} score {}",
+            ev.outcome,
+            fmt_score(ev.score)
+        ));
+        if ev.outcome != "benchmark_complete" {
+            return Ok(());
+        }
+        self.gate_record_reflect(genid, parent.as_deref(), commit)
+            .await
+    }
+
+    async fn gate_record_reflect(
+        &self,
+        genid: &str,
+        parent: Option<&str>,
+        commit: Oid,
+    ) -> Result<()> {
+        if self.gate(genid, parent, commit).await? {
+            self.record(genid, parent, commit).await?;
+            self.reflect(genid, parent).await?;
+        }
+        Ok(())
+    }
+
+    /// The gate, loaded from the child's own commit. Returns whether it decided.
+    async fn gate(&self, genid: &str, parent: Option<&str>, commit: Oid) -> Result<bool> {
+        let state = self.state();
+        let child = state
+            .row(genid)
+            .map(|r| row_view(r, false, &self.redactor))
+            .ok_or_else(|| RunError::new(format!("gen {genid} has no archive row")))?;
+        let parent_view = parent.and_then(|p| self.parent_view(&state, p));
+        let checkout = self.commit_checkout(commit)?;
+        let ctx = self.stages.context(Stage::Gate, genid, parent);
+        let record =
+            json!({"child": row_json(&child), "parent": parent_view.as_ref().map(row_json)});
+        let out = self
+            .stages
+            .call(
+                Stage::Gate,
+                &checkout,
+                &self.ws.paths.run_dir(genid).join("gate"),
+                None,
+                StageInput::Gate {
+                    ctx,
+                    child,
+                    parent: parent_view,
+                },
+                record,
+            )
+            .await;
+        match out {
+            Ok(StageOutput::Gate(d)) => {
+                let verdict = if d.verdict == wit::Verdict::Keep {
+                    "keep"
+                } else {
+                    "discard"
+                };
+                let mut body = Map::new();
+                body.insert("verdict".into(), json!(verdict));
+                body.insert(
+                    "reason".into(),
+                    json!(clip(&self.redactor.redact(&d.reason), 2000)),
+                );
+                self.append(types::GATE, Some(genid), body)?;
+                self.say(format!("gen {genid}: gate {verdict}: {}", d.reason));
+                Ok(true)
+            }
+            Ok(_) => {
+                self.append(
+                    types::STATUS,
+                    Some(genid),
+                    status_body(
+                        "operator_failed",
+                        Some("gate"),
+                        "gate returned something other than a decision",
+                        parent,
+                    ),
+                )?;
+                Ok(false)
+            }
+            Err(f) => {
+                let reason = clip(&self.redactor.redact(&f.message), 4000);
+                self.append(
+                    types::STATUS,
+                    Some(genid),
+                    status_body("operator_failed", Some("gate"), &reason, parent),
+                )?;
+                self.say(format!("gen {genid}: gate failed: {reason}"));
+                Ok(false)
+            }
+        }
+    }
+
+    /// Record, loaded from the child's commit; its annotations pass the allowlist. It
+    /// runs at most once: success or failure, exactly one `record` event is written.
+    async fn record(&self, genid: &str, parent: Option<&str>, commit: Oid) -> Result<()> {
+        let state = self.state();
+        let Some(row) = state.row(genid) else {
+            return Ok(());
+        };
+        if row.recorded {
+            return Ok(());
+        }
+        let child = row_view(row, state.eligible(genid), &self.redactor);
+        let checkout = self.commit_checkout(commit)?;
+        let ctx = self.stages.context(Stage::Record, genid, parent);
+        let out = self
+            .stages
+            .call(
+                Stage::Record,
+                &checkout,
+                &self.ws.paths.run_dir(genid).join("record"),
+                None,
+                StageInput::Record {
+                    ctx,
+                    child: child.clone(),
+                },
+                json!({"child": row_json(&child)}),
+            )
+            .await;
+        let mut body = Map::new();
+        match out {
+            Ok(StageOutput::Annotations(map)) => {
+                let (kept, dropped): (Vec<_>, Vec<_>) = map
+                    .into_iter()
+                    .partition(|(k, _)| evolve_archive::annotation_allowed(k));
+                body.insert(
+                    "annotations".into(),
+                    Value::Object(kept.into_iter().collect()),
+                );
+                if !dropped.is_empty() {
+                    body.insert(
+                        "dropped".into(),
+                        json!(dropped.into_iter().map(|(k, _)| k).collect::<Vec<_>>()),
+                    );
+                }
+            }
+            Ok(_) => {
+                body.insert("annotations".into(), json!({}));
+                body.insert(
+                    "error".into(),
+                    json!("record returned something other than annotations"),
+                );
+            }
+            Err(f) => {
+                body.insert("annotations".into(), json!({}));
+                body.insert(
+                    "error".into(),
+                    json!(clip(&self.redactor.redact(&f.message), 2000)),
+                );
+            }
+        }
+        self.append(types::RECORD, Some(genid), body)
+    }
+
+    /// Reflect, loaded from the workspace head; best effort (a failure is logged only).
+    async fn reflect(&self, genid: &str, parent: Option<&str>) -> Result<()> {
+        if !self.stages.enabled(Stage::Reflect) {
+            return Ok(());
+        }
+        let state = self.state();
+        let archive = view::archive_view(
+            &state.rows,
+            &state.eligibility,
+            state.champion.as_ref(),
+            &self.redactor,
+        );
+        let playbook = playbook_entries(&state);
+        let ctx = self.stages.context(Stage::Reflect, genid, parent);
+        let root = self.ws.root().to_path_buf();
+        let out = self
+            .stages
+            .call(
+                Stage::Reflect,
+                &root,
+                &self.ws.paths.run_dir(genid).join("reflect"),
+                None,
+                StageInput::Reflect {
+                    ctx,
+                    archive,
+                    playbook,
+                },
+                json!({"playbook_entries": state.playbook.len()}),
+            )
+            .await;
+        match out {
+            Ok(out @ StageOutput::Playbook(_)) => {
+                let mut body = Map::new();
+                body.insert("ops".into(), out.to_json());
+                self.append("playbook", Some(genid), body)
+            }
+            Ok(_) => Ok(()),
+            Err(f) => {
+                self.say(format!(
+                    "gen {genid}: reflect failed (ignored): {}",
+                    f.message
+                ));
+                Ok(())
+            }
+        }
+    }
+
+    /// Assemble mutate's read-only feedback bundle: the parent as operators see it and
+    /// this generation's rollout and analysis evidence (their artifacts copied without
+    /// following links). Train evidence only: nothing here names a gate or sealed task.
+    fn feedback_bundle(
+        &self,
+        run_dir: &Path,
+        parent: &wit::ArchiveRow,
+        rollout: &wit::Evidence,
+        analysis: Option<&wit::Evidence>,
+    ) -> Result<PathBuf> {
+        let dir = run_dir.join("feedback");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| RunError::new(format!("cannot create {}: {e}", dir.display())))?;
+        let write = |name: &str, v: &Value| {
+            let text = self
+                .redactor
+                .redact(&serde_json::to_string_pretty(v).unwrap_or_default());
+            std::fs::write(dir.join(name), text)
+        };
+        let mut ok = write("parent.json", &row_json(parent)).is_ok();
+        for (stage, ev) in [("rollout", Some(rollout)), ("analyze", analysis)] {
+            let Some(ev) = ev else { continue };
+            let summary: Value = serde_json::from_str(&ev.summary).unwrap_or(Value::Null);
+            ok &= write(
+                &format!("{stage}.json"),
+                &json!({"summary": summary, "artifacts": ev.artifacts}),
+            )
+            .is_ok();
+            let _ = safe_tree::copy_files(
+                &run_dir.join(stage).join("scratch"),
+                &ev.artifacts,
+                &dir.join(stage),
+                TreeLimits::default(),
+            );
+        }
+        if !ok {
+            return Err(RunError::new(format!(
+                "cannot write the feedback bundle in {}",
+                dir.display()
+            )));
+        }
+        Ok(dir)
+    }
+
+    /// Unified diffs of the most recently kept children, newest first.
+    fn recent_accepted_diffs(&self, state: &State, n: usize) -> Vec<String> {
+        let surface = &self.surface;
+        state
+            .rows
+            .iter()
+            .rev()
+            .filter(|r| r.genid != "0" && r.verdict.as_deref() == Some("keep"))
+            .filter_map(|r| {
+                let commit = Oid::from_str(r.commit.as_deref()?).ok()?;
+                let parent = state
+                    .row(r.parent.as_deref()?)?
+                    .evaluation
+                    .as_ref()?
+                    .candidate_commit()?;
+                let parent = Oid::from_str(parent).ok()?;
+                let (a, b) = (
+                    self.ws.store.tree_of(parent).ok()?,
+                    self.ws.store.tree_of(commit).ok()?,
+                );
+                self.ws
+                    .store
+                    .unified_diff(a, b, &|p: &str| surface.allows(p), 64 << 10)
+                    .ok()
+            })
+            .take(n)
+            .collect()
+    }
+}
+
+/// The playbook reflect maintains: every `add` of earlier playbook events, in order.
+fn playbook_entries(state: &State) -> Vec<wit::PlaybookEntry> {
+    state
+        .playbook
+        .iter()
+        .filter(|op| op.get("op").and_then(Value::as_str) == Some("add"))
+        .map(|op| wit::PlaybookEntry {
+            id: op
+                .get("id")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+            text: op
+                .get("text")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+            data: op
+                .get("data")
+                .map(|d| d.to_string())
+                .unwrap_or_else(|| "{}".into()),
+        })
+        .collect()
+}

@@ -1,0 +1,348 @@
+//! Framework-owned evaluation of one commit: a fresh checkout, the evaluator-tree check
+//! against `gen/0`, the frozen task set's split run on the recipe's engine, and the
+//! stamped fields of the certified evaluation event.
+//!
+//! Exact resume: every attempt keeps its trials on disk. When an attempt was interrupted
+//! (it has no certified event), the next attempt reuses its completed trials instead of
+//! re-running them, and says so (`source_attempts` and a `repair` event).
+
+use crate::workspace::{Workspace, layout};
+use evaluator_harbor::agent::{AgentManifest, AgentSpec};
+use evaluator_harbor::engine::{Engine, EvaluationPlan, NoProgress, Progress, run_evaluation};
+use evaluator_harbor::result::{
+    EvaluationResult, ScoringPolicy, TrialResult, TrialStatus, summarize,
+};
+use evaluator_harbor::split::SplitName;
+use evolve_snapshot::Oid;
+use serde_json::{Map, Value, json};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// One evaluation to run.
+#[derive(Debug, Clone)]
+pub struct EvalRequest {
+    pub genid: String,
+    pub parent: Option<String>,
+    pub commit: Oid,
+    /// `genesis`, `candidate` or `anchor`.
+    pub purpose: &'static str,
+    pub split: SplitName,
+    /// Attempts of this genid and purpose already certified in the archive: never reused.
+    pub certified_attempts: Vec<u64>,
+}
+
+/// A trial taken over from an interrupted attempt.
+#[derive(Debug, Clone)]
+pub struct ReusedTrial {
+    pub task: String,
+    pub repetition: u32,
+    pub attempt: u64,
+}
+
+/// A finished evaluation, ready to be appended.
+#[derive(Debug, Clone)]
+pub struct Evaluated {
+    /// The evaluation event's body: the stamped fields and `reason`.
+    pub body: Map<String, Value>,
+    pub outcome: String,
+    pub score: Option<f64>,
+    pub attempt: u64,
+    pub reused: Vec<ReusedTrial>,
+    pub dir: PathBuf,
+}
+
+/// Why no evaluation event can be written.
+#[derive(Debug, Clone)]
+pub enum EvalError {
+    /// The commit's `evaluator/` differs from `gen/0`'s: the candidate is rejected.
+    EvaluatorChanged { found: String, expected: String },
+    /// The host could not prepare the attempt (disk, repository).
+    Host(String),
+}
+
+impl std::fmt::Display for EvalError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EvalError::EvaluatorChanged { found, expected } => write!(
+                f,
+                "the evaluator tree differs from gen/0's ({found} != {expected}); the candidate cannot be evaluated"
+            ),
+            EvalError::Host(m) => f.write_str(m),
+        }
+    }
+}
+
+fn host(e: impl std::fmt::Display) -> EvalError {
+    EvalError::Host(e.to_string())
+}
+
+/// Attempt numbers already on disk for `dir` (`attempt-<n>`).
+fn attempts_on_disk(dir: &Path) -> Vec<u64> {
+    let mut out: Vec<u64> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_prefix("attempt-")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// Run `req` and build its stamped body.
+pub async fn evaluate(
+    ws: &Workspace,
+    engine: Arc<dyn Engine>,
+    req: &EvalRequest,
+    progress: Option<&dyn Progress>,
+) -> Result<Evaluated, EvalError> {
+    let started = Instant::now();
+    let base = ws.paths.evaluations(req.purpose, &req.genid);
+    let earlier = attempts_on_disk(&base);
+    let attempt = earlier
+        .last()
+        .copied()
+        .unwrap_or(0)
+        .max(req.certified_attempts.iter().copied().max().unwrap_or(0))
+        + 1;
+    let dir = base.join(format!("attempt-{attempt}"));
+    std::fs::create_dir_all(&dir).map_err(host)?;
+    let task_set_hash = ws.task_set.selection_digest(req.split).map_err(host)?;
+    let identity = json!({
+        "candidate_commit": req.commit.to_string(),
+        "task_set_hash": task_set_hash,
+        "split": req.split.as_str(),
+    });
+    crate::lifecycle::stages::write_json(&dir.join("attempt.json"), &identity);
+
+    let checkout = dir.join("checkout");
+    ws.store.materialize(req.commit, &checkout).map_err(host)?;
+    let evaluator = ws
+        .store
+        .subtree(req.commit, layout::EVALUATOR_DIR)
+        .map_err(host)?
+        .map(|o| o.to_string())
+        .unwrap_or_else(|| "(none)".into());
+    if evaluator != ws.evaluator_tree.to_string() {
+        return Err(EvalError::EvaluatorChanged {
+            found: evaluator,
+            expected: ws.evaluator_tree.to_string(),
+        });
+    }
+    let candidate_tree = ws.store.tree_of(req.commit).map_err(host)?.to_string();
+    let policy = ScoringPolicy {
+        coverage_floor: ws.engine.coverage_floor,
+        agent_timeout_is_zero: ws.engine.agent_timeout_is_zero,
+    };
+    let members: Vec<String> = ws.task_set.split.members(req.split).to_vec();
+    let reps = ws.task_set.repetitions.max(1);
+
+    let (reused, reused_trials) = reusable_trials(
+        &base,
+        &earlier,
+        &req.certified_attempts,
+        &identity,
+        &members,
+        reps,
+    );
+    let result = match AgentManifest::load(&checkout.join(layout::TARGET_DIR)) {
+        Err(e) => invalid_agent(engine.name(), &members, reps, policy, &e.to_string()),
+        Ok(manifest) => {
+            let mut plan = EvaluationPlan::for_split(
+                &ws.task_set,
+                req.split,
+                &checkout.join(layout::TASKS_DIR),
+                AgentSpec::Target(manifest),
+                dir.join("out"),
+            );
+            plan.n_concurrent = ws.engine.n_concurrent.max(1) as usize;
+            plan.policy = policy;
+            let done: std::collections::BTreeSet<&str> =
+                reused.iter().map(|r| r.task.as_str()).collect();
+            plan.tasks.retain(|t| !done.contains(t.name.as_str()));
+            let fresh = if plan.tasks.is_empty() {
+                Vec::new()
+            } else {
+                let progress: &dyn Progress = progress.unwrap_or(&NoProgress);
+                run_evaluation(engine.clone(), &plan, progress).await.trials
+            };
+            let mut all = reused_trials;
+            all.extend(fresh);
+            summarize(
+                engine.name(),
+                "target",
+                members.clone(),
+                reps,
+                all,
+                policy,
+                started.elapsed().as_secs_f64(),
+            )
+        }
+    };
+    let _ = std::fs::write(
+        dir.join("evaluation.json"),
+        serde_json::to_vec_pretty(&result).unwrap_or_default(),
+    );
+
+    let runtime_fingerprint = ws.engine.runtime_fingerprint();
+    let evaluator_fingerprint = ws.evaluator_tree.to_string();
+    let contract_id = evolve_archive::canonical_sha256(&json!({
+        "schema": "evolve.contract.v1",
+        "evaluator_fingerprint": evaluator_fingerprint,
+        "task_set_hash": task_set_hash,
+        "runtime_fingerprint": runtime_fingerprint,
+        "purpose": req.purpose,
+        "split": req.split.as_str(),
+    }));
+    let trials: usize = result
+        .task_vector
+        .tasks
+        .values()
+        .map(|t| t.trials.len())
+        .sum();
+    let mut body = Map::new();
+    let mut put = |k: &str, v: Value| {
+        body.insert(k.to_string(), v);
+    };
+    put("candidate_commit", json!(req.commit.to_string()));
+    put("candidate_tree", json!(candidate_tree));
+    put(
+        "parent",
+        req.parent.clone().map_or(Value::Null, Value::from),
+    );
+    put(
+        "generation",
+        json!(evolve_archive::event::genid_generation(&req.genid).unwrap_or(0)),
+    );
+    put("evaluator_fingerprint", json!(evaluator_fingerprint));
+    put("task_set_hash", json!(task_set_hash));
+    put("runtime_fingerprint", json!(runtime_fingerprint));
+    put("contract_id", json!(contract_id));
+    put("purpose", json!(req.purpose));
+    put("outcome", json!(result.outcome.as_str()));
+    put("trials", json!(trials));
+    put("expected_trials", json!(result.expected_trials));
+    put("scoreable_trials", json!(result.scoreable_trials));
+    put(
+        "task_vector",
+        serde_json::to_value(&result.task_vector).map_err(host)?,
+    );
+    put("score", result.score.map_or(Value::Null, Value::from));
+    put("cost_usd", json!(result.cost_usd));
+    put(
+        "timings",
+        json!({"wall_s": started.elapsed().as_secs_f64()}),
+    );
+    put("attempt", json!(attempt));
+    let mut sources: Vec<u64> = reused.iter().map(|r| r.attempt).collect();
+    sources.sort_unstable();
+    sources.dedup();
+    put("source_attempts", json!(sources));
+    put("reason", json!(result.reason));
+    Ok(Evaluated {
+        outcome: result.outcome.as_str().to_string(),
+        score: result.score,
+        body,
+        attempt,
+        reused,
+        dir,
+    })
+}
+
+/// Completed trials of interrupted attempts with the same commit and task selection, by
+/// whole task (every repetition complete), latest attempt first.
+fn reusable_trials(
+    base: &Path,
+    earlier: &[u64],
+    certified: &[u64],
+    identity: &Value,
+    members: &[String],
+    reps: u32,
+) -> (Vec<ReusedTrial>, Vec<TrialResult>) {
+    let mut reused = Vec::new();
+    let mut trials = Vec::new();
+    let mut covered = std::collections::BTreeSet::new();
+    for &attempt in earlier.iter().rev() {
+        if certified.contains(&attempt) {
+            continue;
+        }
+        let dir = base.join(format!("attempt-{attempt}"));
+        let same = std::fs::read(dir.join("attempt.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .is_some_and(|v| &v == identity);
+        if !same {
+            continue;
+        }
+        for task in members {
+            if covered.contains(task) {
+                continue;
+            }
+            let found: Vec<TrialResult> = (0..reps)
+                .filter_map(|rep| {
+                    let path = dir
+                        .join("out/trials")
+                        .join(evaluator_harbor::result::trial_name(task, rep))
+                        .join("result.json");
+                    let t: TrialResult = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+                    (t.status == TrialStatus::BenchmarkComplete
+                        && t.task == *task
+                        && t.repetition == rep)
+                        .then_some(t)
+                })
+                .collect();
+            if found.len() == reps as usize {
+                covered.insert(task.clone());
+                for t in found {
+                    reused.push(ReusedTrial {
+                        task: t.task.clone(),
+                        repetition: t.repetition,
+                        attempt,
+                    });
+                    trials.push(t);
+                }
+            }
+        }
+    }
+    (reused, trials)
+}
+
+/// The evaluation of a candidate whose agent manifest is unusable: every trial is
+/// `candidate_invalid` without running.
+fn invalid_agent(
+    engine: &str,
+    members: &[String],
+    reps: u32,
+    policy: ScoringPolicy,
+    why: &str,
+) -> EvaluationResult {
+    let trials = members
+        .iter()
+        .flat_map(|t| {
+            (0..reps).map(move |rep| {
+                TrialResult::failed(
+                    t,
+                    rep,
+                    engine,
+                    TrialStatus::CandidateInvalid,
+                    evaluator_harbor::result::TrialError::new("invalid_agent", why.to_string()),
+                )
+            })
+        })
+        .collect();
+    summarize(
+        engine,
+        "target",
+        members.to_vec(),
+        reps,
+        trials,
+        policy,
+        0.0,
+    )
+}

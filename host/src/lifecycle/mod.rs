@@ -1,0 +1,860 @@
+//! The lifecycle driver behind `evolve run`: genesis and anchor evaluations, one select
+//! per generation, one candidate transaction per child ([`child`]), the final anchor,
+//! the budget, and recovery from any interruption.
+//!
+//! Recovery works from the certified archive alone (RSIHub's Table 9):
+//! - a child worktree left by an interrupted run stops the run until `evolve repair`;
+//! - a committed generation without a certified evaluation is evaluated (completed trials
+//!   of an interrupted attempt are reused, and a `repair` event says so);
+//! - a complete evaluation pending gate resumes at gate; record runs at most once;
+//! - a failed evaluation stays as it is until `evolve retry GENID`.
+//!
+//! Every random choice comes from the experiment seed and the generation id, and each
+//! generation's select decision is archived before its children start, so a resumed run
+//! ends in the same state as an uninterrupted one.
+
+pub mod child;
+pub mod evaluate;
+pub mod repair;
+pub mod stages;
+pub mod view;
+
+use crate::recipe::Recipe;
+use crate::sandbox::{Sandbox, StageInput, StageOutput, types::Stage};
+use crate::workspace::{Workspace, layout, now};
+use evaluate::{EvalError, EvalRequest, Evaluated};
+use evaluator_harbor::engine::Engine;
+use evaluator_harbor::split::SplitName;
+use evolve_archive::{
+    Archive, Champion, Eligibility, LoggedEvent, Row, RunLock, champion, eligibility,
+    fixed_identity, total_cost_usd, types,
+};
+use evolve_snapshot::{Oid, Surface};
+use serde_json::{Map, Value, json};
+use stages::Stages;
+use std::sync::{Arc, Mutex};
+use view::Redactor;
+
+/// What `evolve run` was asked for.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    pub max_generations: Option<u32>,
+    pub children_per_gen: Option<u32>,
+    /// Print one line per step on stderr.
+    pub verbose: bool,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RunSummary {
+    /// `complete` or `budget_exhausted`.
+    pub status: String,
+    pub generations: u32,
+    pub champion: Option<String>,
+    pub champion_score: Option<f64>,
+    pub genesis_score: Option<f64>,
+    pub anchor_before: Option<f64>,
+    pub anchor_after: Option<f64>,
+    pub spent_usd: f64,
+    pub budget_usd: f64,
+}
+
+/// A problem that stops the run (the archive stays consistent: nothing half-written).
+#[derive(Debug)]
+pub struct RunError {
+    pub what: String,
+    pub hint: Option<String>,
+}
+
+impl RunError {
+    pub fn new(what: impl Into<String>) -> RunError {
+        RunError {
+            what: what.into(),
+            hint: None,
+        }
+    }
+    pub fn hint(mut self, h: impl Into<String>) -> RunError {
+        self.hint = Some(h.into());
+        self
+    }
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.what)
+    }
+}
+
+impl From<crate::workspace::WorkspaceError> for RunError {
+    fn from(e: crate::workspace::WorkspaceError) -> RunError {
+        RunError {
+            what: e.what,
+            hint: e.hint,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, RunError>;
+
+/// Format a generation id: `N` with one child per generation, `N-i` with several.
+pub fn genid(generation: u32, child: u32, children: u32) -> String {
+    if children <= 1 {
+        generation.to_string()
+    } else {
+        format!("{generation}-{child}")
+    }
+}
+
+/// The folded archive with eligibility and champion, plus the few facts the driver
+/// reads from non-row events (spend, archived select decisions, the playbook).
+pub struct State {
+    pub rows: Vec<Row>,
+    pub eligibility: Vec<Eligibility>,
+    pub champion: Option<Champion>,
+    /// Σ cost of every certified event: the spend ledger.
+    pub spent: f64,
+    /// Archived select decisions: generation → parents.
+    pub selections: std::collections::BTreeMap<u64, Vec<String>>,
+    /// `ops` of every certified `playbook` event, in order.
+    pub playbook: Vec<Value>,
+}
+
+impl State {
+    pub fn row(&self, genid: &str) -> Option<&Row> {
+        self.rows.iter().find(|r| r.genid == genid)
+    }
+    pub fn eligible(&self, genid: &str) -> bool {
+        self.eligibility
+            .iter()
+            .any(|e| e.genid == genid && e.eligible)
+    }
+    pub fn spent(&self) -> f64 {
+        self.spent
+    }
+}
+
+/// Compute the state of the archive against the workspace's tags.
+pub fn state_of(ws: &Workspace, events: &[LoggedEvent], rows: Vec<Row>) -> State {
+    state_with(events, rows, &|g: &str| ws.tag_commit(g))
+}
+
+/// Compute the state of `events`; `tag_lookup(genid)` is the commit `gen/<genid>` names.
+pub fn state_with(
+    events: &[LoggedEvent],
+    rows: Vec<Row>,
+    tag_lookup: &dyn Fn(&str) -> Option<String>,
+) -> State {
+    let identity = fixed_identity(events, &rows);
+    let eligibility = eligibility(&rows, identity.as_ref(), tag_lookup);
+    let champion = champion(&rows, &eligibility);
+    let mut selections = std::collections::BTreeMap::new();
+    let mut playbook = Vec::new();
+    for e in events.iter().filter(|e| e.certified) {
+        match e.event.event_type.as_str() {
+            "select" => {
+                let generation = e.event.body.get("generation").and_then(Value::as_u64);
+                let parents: Vec<String> = e
+                    .event
+                    .body
+                    .get("parents")
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|p| p.as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                if let (Some(g), false) = (generation, parents.is_empty()) {
+                    selections.insert(g, parents);
+                }
+            }
+            "playbook" => playbook.extend(
+                e.event
+                    .body
+                    .get("ops")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .cloned(),
+            ),
+            _ => {}
+        }
+    }
+    State {
+        spent: total_cost_usd(events),
+        rows,
+        eligibility,
+        champion,
+        selections,
+        playbook,
+    }
+}
+
+/// Make the engine the workspace's frozen configuration names.
+pub async fn make_engine(name: &str) -> Result<Arc<dyn Engine>> {
+    use evaluator_harbor::engine::{
+        docker::DockerEngine, harbor::HarborEngine, local::LocalEngine,
+    };
+    Ok(match name {
+        "local" => Arc::new(LocalEngine::default()),
+        "docker" => Arc::new(DockerEngine::connect().await.map_err(|e| {
+            RunError::new(format!("the docker engine is unavailable: {e}"))
+                .hint("start the Docker daemon, or use evaluator.engine: local")
+        })?),
+        "harbor" => Arc::new(HarborEngine::discover(Vec::new()).map_err(|e| {
+            RunError::new(format!("the harbor engine is unavailable: {e}"))
+                .hint("install the harbor CLI (pip install harbor) or use evaluator.engine: local")
+        })?),
+        other => {
+            return Err(RunError::new(format!(
+                "unknown evaluation engine `{other}`"
+            )));
+        }
+    })
+}
+
+/// The driver of one `evolve run`.
+pub struct Driver {
+    pub ws: Workspace,
+    archive: Mutex<Archive>,
+    stages: Stages,
+    surface: Surface,
+    engine: Arc<dyn Engine>,
+    redactor: Redactor,
+    verbose: bool,
+    _lock: RunLock,
+}
+
+impl Driver {
+    /// Take the run lock, open the archive, and refuse to start over an interrupted child.
+    pub async fn open(ws: Workspace, sandbox: Arc<Sandbox>, verbose: bool) -> Result<Driver> {
+        let lock = RunLock::acquire(ws.root()).map_err(|e| {
+            RunError::new(e.to_string()).hint("one run per workspace: wait for it or stop it first")
+        })?;
+        active_worktrees(&ws)?;
+        let mut archive = ws.archive_writer()?;
+        let recovery = archive.recovery().clone();
+        if !recovery.resigned.is_empty()
+            || recovery.archive_torn.is_some()
+            || recovery.receipts_torn.is_some()
+        {
+            let mut body = Map::new();
+            body.insert("what".into(), json!("archive recovery at open"));
+            body.insert("resigned_seqs".into(), json!(recovery.resigned));
+            body.insert(
+                "torn_archive_tail".into(),
+                json!(recovery.archive_torn.is_some()),
+            );
+            body.insert(
+                "torn_receipts_tail".into(),
+                json!(recovery.receipts_torn.is_some()),
+            );
+            archive
+                .append(types::REPAIR, None, body, &now())
+                .map_err(|e| RunError::new(format!("archive: {e}")))?;
+        }
+        pack_once(&ws);
+        let surface = surface_of(&ws.recipe)?;
+        let stages = Stages::new(
+            sandbox,
+            &ws.recipe,
+            surface.includes_dir(layout::OPERATORS_DIR),
+        );
+        let engine = make_engine(&ws.engine.engine).await?;
+        let redactor = Redactor::new(&ws.task_set);
+        Ok(Driver {
+            ws,
+            archive: Mutex::new(archive),
+            stages,
+            surface,
+            engine,
+            redactor,
+            verbose,
+            _lock: lock,
+        })
+    }
+
+    pub(crate) fn say(&self, line: impl AsRef<str>) {
+        if self.verbose {
+            eprintln!("{}", line.as_ref());
+        }
+    }
+
+    /// The current folded state.
+    pub fn state(&self) -> State {
+        let a = self.archive.lock().unwrap_or_else(|p| p.into_inner());
+        state_of(&self.ws, a.events(), a.rows())
+    }
+
+    /// Append one event; an archive failure stops the run.
+    pub(crate) fn append(
+        &self,
+        event_type: &str,
+        genid: Option<&str>,
+        body: Map<String, Value>,
+    ) -> Result<()> {
+        let mut a = self.archive.lock().unwrap_or_else(|p| p.into_inner());
+        a.append(event_type, genid, body, &now())
+            .map(|_| ())
+            .map_err(|e| RunError::new(format!("cannot append to the archive: {e}")).hint("the archive is unchanged: nothing was half-written (a full disk is a common cause)"))
+    }
+
+    /// Write the champion cache (`evolve verify` compares it; nothing trusts it).
+    fn write_champion_cache(&self, state: &State) {
+        let v = Champion::cache_value(state.champion.as_ref());
+        let _ = std::fs::write(
+            self.ws.paths.champion_cache(),
+            serde_json::to_vec(&v).unwrap_or_default(),
+        );
+    }
+
+    /// Run the experiment to `max_generations` (resuming whatever an earlier run left).
+    pub async fn run(&self, opts: &RunOptions) -> Result<RunSummary> {
+        let recipe = &self.ws.recipe;
+        let max_gen = opts
+            .max_generations
+            .unwrap_or(recipe.experiment.max_generations);
+        let children = opts
+            .children_per_gen
+            .unwrap_or(recipe.experiment.children_per_gen)
+            .max(1);
+        self.ensure_genesis().await?;
+        let mut status = "complete".to_string();
+        'generations: for generation in 1..=max_gen {
+            let genids: Vec<String> = (0..children)
+                .map(|i| genid(generation, i, children))
+                .collect();
+            let state = self.state();
+            let mut fresh = Vec::new();
+            let mut resumes = Vec::new();
+            for g in &genids {
+                match child::next_step(&state, g) {
+                    child::Next::Done => {}
+                    child::Next::Fresh => fresh.push(g.clone()),
+                    child::Next::Resume(step) => resumes.push((g.clone(), step)),
+                }
+            }
+            for (g, step) in resumes {
+                self.resume(&g, step).await?;
+            }
+            if fresh.is_empty() {
+                continue;
+            }
+            if let Some(why) = self.budget_refusal(&self.state(), fresh.len()) {
+                for g in &fresh {
+                    self.append(
+                        types::STATUS,
+                        Some(g),
+                        status_body("budget_exhausted", None, &why, None),
+                    )?;
+                }
+                self.say(format!("gen {generation}: budget exhausted: {why}"));
+                status = "budget_exhausted".into();
+                break 'generations;
+            }
+            let parents = match self.select(generation, &fresh).await? {
+                Some(p) => p,
+                None => continue,
+            };
+            let jobs = fresh.iter().zip(parents).map(|(g, p)| self.run_child(g, p));
+            for r in futures_util::future::join_all(jobs).await {
+                r?;
+            }
+            self.write_champion_cache(&self.state());
+        }
+        if status == "complete" {
+            self.final_anchor().await?;
+        }
+        let state = self.state();
+        self.write_champion_cache(&state);
+        Ok(self.summary(&state, status, max_gen))
+    }
+
+    fn summary(&self, state: &State, status: String, generations: u32) -> RunSummary {
+        let anchor = |genid: &str| {
+            state.row(genid).and_then(|r| {
+                r.anchors
+                    .iter()
+                    .rev()
+                    .find(|a| a.outcome() == Some("benchmark_complete"))
+                    .and_then(|a| a.score())
+            })
+        };
+        RunSummary {
+            status,
+            generations,
+            champion: state.champion.as_ref().map(|c| c.genid.clone()),
+            champion_score: state.champion.as_ref().map(|c| c.score),
+            genesis_score: state.row("0").and_then(Row::score),
+            anchor_before: anchor("0"),
+            anchor_after: state.champion.as_ref().and_then(|c| anchor(&c.genid)),
+            spent_usd: state.spent(),
+            budget_usd: self.ws.recipe.experiment.budget_usd,
+        }
+    }
+
+    /// Why a generation of `n` children cannot be paid for, if it cannot. The estimate
+    /// is the measured cost of the genesis evaluation per child plus the mean operator
+    /// spend per generation so far.
+    fn budget_refusal(&self, state: &State, n: usize) -> Option<String> {
+        let budget = self.ws.recipe.experiment.budget_usd;
+        let spent = state.spent();
+        let per_child = estimate_per_child(state);
+        let needed = per_child * n as f64;
+        if needed <= 0.0 && spent <= budget {
+            return None;
+        }
+        (spent + needed > budget + 1e-12).then(|| {
+            format!("spent ${spent:.4} of ${budget:.4}; the next generation is estimated at ${needed:.4}")
+        })
+    }
+
+    /// Evaluate `gen/0` on the primary split (and give it the baseline gate verdict), then
+    /// on the sealed split as a non-selectable anchor.
+    async fn ensure_genesis(&self) -> Result<()> {
+        let state = self.state();
+        let row0 = state
+            .row("0")
+            .ok_or_else(|| RunError::new("the archive has no generation 0 row"))?;
+        let commit = self.genesis_commit();
+        match row0.evaluation.as_ref().and_then(|e| e.outcome()) {
+            Some("benchmark_complete") => {}
+            Some(other) => {
+                return Err(
+                    RunError::new(format!("the genesis evaluation ended `{other}`"))
+                        .hint("fix the seed or the infrastructure, then `evolve retry 0`"),
+                );
+            }
+            None => {
+                self.say("gen 0: evaluating the seed on the primary split");
+                let ev = self
+                    .evaluate(&EvalRequest {
+                        genid: "0".into(),
+                        parent: None,
+                        commit,
+                        purpose: "genesis",
+                        split: self.ws.primary_split(),
+                        certified_attempts: certified_attempts(row0, "genesis"),
+                    })
+                    .await?;
+                self.append_evaluation("0", &ev)?;
+                if ev.outcome != "benchmark_complete" {
+                    return Err(RunError::new(format!(
+                        "the genesis evaluation ended `{}`: {}",
+                        ev.outcome,
+                        ev.body.get("reason").and_then(Value::as_str).unwrap_or("")
+                    ))
+                    .hint("fix the seed or the infrastructure, then `evolve retry 0`"));
+                }
+                self.say(format!("gen 0: score {}", fmt_score(ev.score)));
+            }
+        }
+        let state = self.state();
+        let row0 = state
+            .row("0")
+            .ok_or_else(|| RunError::new("the archive has no generation 0 row"))?;
+        if row0.pending_gate {
+            let mut body = Map::new();
+            body.insert("verdict".into(), json!("keep"));
+            body.insert("reason".into(), json!("generation 0 is the baseline"));
+            self.append(types::GATE, Some("0"), body)?;
+        }
+        if !self.ws.task_set.split.sealed.is_empty() && !has_complete_anchor(row0) {
+            self.say("gen 0: evaluating the seed on the sealed split (anchor, never selectable)");
+            let ev = self
+                .evaluate(&EvalRequest {
+                    genid: "0".into(),
+                    parent: None,
+                    commit,
+                    purpose: "anchor",
+                    split: SplitName::Sealed,
+                    certified_attempts: anchor_attempts(row0),
+                })
+                .await?;
+            self.append_evaluation("0", &ev)?;
+            self.say(format!("gen 0: sealed anchor {}", fmt_score(ev.score)));
+        }
+        self.write_champion_cache(&self.state());
+        Ok(())
+    }
+
+    /// After the last generation: evaluate the champion on the sealed split.
+    async fn final_anchor(&self) -> Result<()> {
+        if !self.ws.recipe.evaluator.anchor.final_ || self.ws.task_set.split.sealed.is_empty() {
+            return Ok(());
+        }
+        let state = self.state();
+        let Some(champ) = state.champion.clone() else {
+            return Ok(());
+        };
+        let Some(row) = state.row(&champ.genid) else {
+            return Ok(());
+        };
+        if has_complete_anchor(row) {
+            return Ok(());
+        }
+        let Some(commit) = row
+            .evaluation
+            .as_ref()
+            .and_then(|e| e.candidate_commit())
+            .and_then(|c| Oid::from_str(c).ok())
+        else {
+            return Ok(());
+        };
+        self.say(format!(
+            "gen {}: champion on the sealed split (anchor.final)",
+            champ.genid
+        ));
+        let ev = self
+            .evaluate(&EvalRequest {
+                genid: champ.genid.clone(),
+                parent: row.parent.clone(),
+                commit,
+                purpose: "anchor",
+                split: SplitName::Sealed,
+                certified_attempts: anchor_attempts(row),
+            })
+            .await?;
+        self.append_evaluation(&champ.genid, &ev)?;
+        self.say(format!(
+            "gen {}: sealed anchor {}",
+            champ.genid,
+            fmt_score(ev.score)
+        ));
+        Ok(())
+    }
+
+    /// `evolve retry GENID`: a new evaluation attempt of a generation whose evaluation
+    /// failed (then gate, record and reflect if it completes). Returns the new outcome.
+    pub async fn retry(&self, genid: &str) -> Result<String> {
+        let state = self.state();
+        let row = state
+            .row(genid)
+            .ok_or_else(|| RunError::new(format!("generation `{genid}` is not in the archive")))?;
+        let outcome = row
+            .evaluation
+            .as_ref()
+            .and_then(|e| e.outcome())
+            .map(str::to_string);
+        match outcome.as_deref() {
+            Some("benchmark_complete") => {
+                return Err(RunError::new(format!(
+                    "gen {genid}'s evaluation is complete; there is nothing to retry"
+                )));
+            }
+            None => {
+                return Err(RunError::new(format!(
+                    "gen {genid} has no evaluation to retry (status {})",
+                    row.status.as_deref().unwrap_or("none")
+                ))
+                .hint(
+                    "`evolve run` resumes interrupted generations; retry is for failed evaluations",
+                ));
+            }
+            Some(_) => {}
+        }
+        if genid == "0" {
+            let ev = self
+                .evaluate(&EvalRequest {
+                    genid: "0".into(),
+                    parent: None,
+                    commit: self.ws.genesis,
+                    purpose: "genesis",
+                    split: self.ws.primary_split(),
+                    certified_attempts: certified_attempts(row, "genesis"),
+                })
+                .await?;
+            self.append_evaluation("0", &ev)?;
+            if ev.outcome == "benchmark_complete" {
+                self.ensure_genesis().await?;
+            }
+            return Ok(ev.outcome);
+        }
+        let commit = row
+            .commit
+            .as_deref()
+            .and_then(|c| Oid::from_str(c).ok())
+            .ok_or_else(|| RunError::new(format!("gen {genid} has no committed tree")))?;
+        self.finish_public(genid, row.parent.clone(), commit)
+            .await?;
+        let state = self.state();
+        Ok(state
+            .row(genid)
+            .and_then(|r| r.status.clone())
+            .unwrap_or_else(|| "unknown".into()))
+    }
+
+    fn genesis_commit(&self) -> Oid {
+        self.ws.genesis
+    }
+
+    /// Run an evaluation; a changed evaluator is returned as an error for the caller to
+    /// archive, a host failure stops the run.
+    pub(crate) async fn evaluate(&self, req: &EvalRequest) -> Result<Evaluated> {
+        evaluate::evaluate(&self.ws, self.engine.clone(), req, None)
+            .await
+            .map_err(|e| match e {
+                EvalError::Host(m) => RunError::new(format!(
+                    "evaluation of gen/{} failed in the host: {m}",
+                    req.genid
+                )),
+                other => RunError::new(other.to_string()),
+            })
+    }
+
+    /// Append a `repair` event for reused trials, then the evaluation itself.
+    pub(crate) fn append_evaluation(&self, genid: &str, ev: &Evaluated) -> Result<()> {
+        if !ev.reused.is_empty() {
+            let mut body = Map::new();
+            body.insert(
+                "what".into(),
+                json!("completed trials of an interrupted evaluation reused"),
+            );
+            body.insert("attempt".into(), json!(ev.attempt));
+            body.insert(
+                "trials".into(),
+                Value::Array(ev.reused.iter().map(|r| json!({"task": self.redactor.key(&r.task), "repetition": r.repetition, "from_attempt": r.attempt})).collect()),
+            );
+            self.append(types::REPAIR, Some(genid), body)?;
+        }
+        self.append(types::EVALUATION, Some(genid), ev.body.clone())
+    }
+
+    /// One select call for `generation`, or the archived decision of an interrupted run.
+    /// Returns one parent per fresh genid, or `None` when select failed (archived).
+    async fn select(&self, generation: u32, fresh: &[String]) -> Result<Option<Vec<String>>> {
+        let state = self.state();
+        if let Some(parents) = archived_selection(&state, generation) {
+            return Ok(Some(assign(&parents, fresh.len())));
+        }
+        let genid_text = generation.to_string();
+        let (checkout_commit, from) = match &state.champion {
+            Some(c) => (
+                state
+                    .row(&c.genid)
+                    .and_then(|r| r.evaluation.as_ref())
+                    .and_then(|e| e.candidate_commit())
+                    .and_then(|s| Oid::from_str(s).ok())
+                    .unwrap_or(self.ws.genesis),
+                format!("gen/{}", c.genid),
+            ),
+            None => (self.ws.genesis, "gen/0".to_string()),
+        };
+        let checkout = self.commit_checkout(checkout_commit)?;
+        let run_dir = self.ws.paths.run_dir(&genid_text).join("select");
+        let archive_view = view::archive_view(
+            &state.rows,
+            &state.eligibility,
+            state.champion.as_ref(),
+            &self.redactor,
+        );
+        let record = json!({"operator_from": from, "archive": archive_view.rows.iter().map(view::row_json).collect::<Vec<_>>(), "champion": archive_view.champion});
+        let ctx = self.stages.context(Stage::Select, &genid_text, None);
+        let out = self
+            .stages
+            .call(
+                Stage::Select,
+                &checkout,
+                &run_dir,
+                None,
+                StageInput::Select {
+                    ctx,
+                    archive: archive_view,
+                },
+                record,
+            )
+            .await;
+        let parents = match out {
+            Ok(StageOutput::Parents(p)) => p,
+            Ok(_) => {
+                return self
+                    .fail_all(
+                        fresh,
+                        "select",
+                        "the operator returned something other than parents".into(),
+                    )
+                    .map(|_| None);
+            }
+            Err(f) => return self.fail_all(fresh, "select", f.message).map(|_| None),
+        };
+        if let Some(bad) = parents.iter().find(|p| !state.eligible(p)) {
+            let why = format!("select returned `{bad}`, which is not an eligible parent");
+            return self.fail_all(fresh, "select", why).map(|_| None);
+        }
+        if parents.is_empty() {
+            return self
+                .fail_all(fresh, "select", "select returned no parent".into())
+                .map(|_| None);
+        }
+        let mut body = Map::new();
+        body.insert("generation".into(), json!(generation));
+        body.insert("parents".into(), json!(parents));
+        body.insert("operator_from".into(), json!(from));
+        self.append("select", None, body)?;
+        self.say(format!("gen {generation}: select → {}", parents.join(", ")));
+        Ok(Some(assign(&parents, fresh.len())))
+    }
+
+    fn fail_all(&self, genids: &[String], stage: &str, reason: String) -> Result<()> {
+        self.say(format!("{stage} failed: {reason}"));
+        for g in genids {
+            self.append(
+                types::STATUS,
+                Some(g),
+                status_body("operator_failed", Some(stage), &reason, None),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// A read-only checkout of `commit` shared by the stages that only read it (select,
+    /// gate, record, reflect): `runs/checkouts/<commit>`, materialized once, atomically.
+    pub(crate) fn commit_checkout(&self, commit: Oid) -> Result<std::path::PathBuf> {
+        let dir = self
+            .ws
+            .paths
+            .runs()
+            .join("checkouts")
+            .join(commit.to_string());
+        if dir.is_dir() {
+            return Ok(dir);
+        }
+        let tmp = self
+            .ws
+            .paths
+            .runs()
+            .join("checkouts")
+            .join(format!(".tmp-{commit}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        if let Some(p) = tmp.parent() {
+            std::fs::create_dir_all(p)
+                .map_err(|e| RunError::new(format!("cannot create {}: {e}", p.display())))?;
+        }
+        self.ws
+            .store
+            .materialize(commit, &tmp)
+            .map_err(|e| RunError::new(format!("cannot check out {commit}: {e}")))?;
+        std::fs::rename(&tmp, &dir)
+            .map_err(|e| RunError::new(format!("cannot move {} into place: {e}", tmp.display())))?;
+        Ok(dir)
+    }
+}
+
+/// Parents for `n` children: one parent serves them all; several are used in order,
+/// cycling when select returned fewer than there are children.
+fn assign(parents: &[String], n: usize) -> Vec<String> {
+    (0..n).map(|i| parents[i % parents.len()].clone()).collect()
+}
+
+/// The parents an earlier run's select chose for `generation`.
+fn archived_selection(state: &State, generation: u32) -> Option<Vec<String>> {
+    state.selections.get(&(generation as u64)).cloned()
+}
+
+pub(crate) fn status_body(
+    status: &str,
+    stage: Option<&str>,
+    reason: &str,
+    parent: Option<&str>,
+) -> Map<String, Value> {
+    let mut body = Map::new();
+    body.insert("status".into(), json!(status));
+    if let Some(s) = stage {
+        body.insert("failure_stage".into(), json!(s));
+    }
+    body.insert("reason".into(), json!(reason));
+    if let Some(p) = parent {
+        body.insert("parent".into(), json!(p));
+    }
+    body
+}
+
+pub(crate) fn fmt_score(s: Option<f64>) -> String {
+    s.map_or_else(|| "-".to_string(), |s| format!("{s:.4}"))
+}
+
+fn has_complete_anchor(row: &Row) -> bool {
+    row.anchors
+        .iter()
+        .any(|a| a.outcome() == Some("benchmark_complete"))
+}
+
+fn attempt_of(e: &evolve_archive::Evaluation) -> Option<u64> {
+    e.stamp.get("attempt").and_then(Value::as_u64)
+}
+
+pub(crate) fn certified_attempts(row: &Row, purpose: &str) -> Vec<u64> {
+    row.evaluation
+        .iter()
+        .chain(&row.other_evaluations)
+        .filter(|e| e.purpose() == Some(purpose))
+        .filter_map(attempt_of)
+        .collect()
+}
+
+fn anchor_attempts(row: &Row) -> Vec<u64> {
+    row.anchors.iter().filter_map(attempt_of).collect()
+}
+
+/// Estimated cost of one more child: the genesis evaluation's measured cost (a child's
+/// evaluation runs the same split) plus the mean non-evaluation spend per committed child.
+pub fn estimate_per_child(state: &State) -> f64 {
+    let eval = state
+        .row("0")
+        .and_then(|r| r.evaluation.as_ref())
+        .map_or(0.0, |e| e.cost_usd());
+    let children: Vec<&Row> = state.rows.iter().filter(|r| r.genid != "0").collect();
+    let operator_spend: f64 = children
+        .iter()
+        .map(|r| {
+            r.cost_usd
+                - r.evaluation.as_ref().map_or(0.0, |e| e.cost_usd())
+                - r.anchors.iter().map(|a| a.cost_usd()).sum::<f64>()
+        })
+        .sum();
+    let mean_ops = if children.is_empty() {
+        0.0
+    } else {
+        operator_spend / children.len() as f64
+    };
+    eval + mean_ops.max(0.0)
+}
+
+/// The surface of a recipe.
+pub fn surface_of(recipe: &Recipe) -> Result<Surface> {
+    Surface::new(&recipe.surface.include, &recipe.surface.exclude)
+        .map_err(|e| RunError::new(format!("surface: {e}")))
+}
+
+/// Pack the repository's loose objects once per workspace (before the first run) and
+/// then every 200 generations: checkouts read one pack instead of thousands of files.
+fn pack_once(ws: &Workspace) {
+    let marker = ws.paths.state().join("packed-at");
+    let generations = ws.store.tags("gen/").map(|t| t.len()).unwrap_or(0);
+    let last: usize = std::fs::read_to_string(&marker)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    if (!marker.exists() || generations >= last + 200) && ws.store.pack_objects().is_ok() {
+        let _ = std::fs::write(&marker, format!("{generations}\n"));
+    }
+}
+
+/// Refuse to start while a child worktree is left from an interrupted run.
+fn active_worktrees(ws: &Workspace) -> Result<()> {
+    let names: Vec<String> = std::fs::read_dir(ws.paths.worktrees())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .collect();
+    if names.is_empty() {
+        return Ok(());
+    }
+    Err(RunError::new(format!(
+        "an interrupted run left child worktree(s) {} under {}",
+        names.join(", "),
+        ws.paths.worktrees().display()
+    ))
+    .hint("run `evolve repair`: it removes clean ones and moves edited ones to runs/interrupted/, then `evolve run` resumes"))
+}

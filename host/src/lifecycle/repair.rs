@@ -1,0 +1,121 @@
+//! `evolve repair`: make an interrupted workspace runnable again without losing work.
+//!
+//! - A child worktree whose tree still equals the commit it was forked from is removed.
+//! - A child worktree with edits is moved to `runs/interrupted/` (never deleted) and
+//!   the move is archived; the next run redoes that child from select's archived choice.
+//! - Archive crash states (torn tail, unsigned final line) are repaired by opening the
+//!   archive as its writer, and the repair is archived.
+
+use super::{Result, RunError};
+use crate::workspace::{Workspace, layout, now};
+use evolve_archive::{RunLock, types};
+use evolve_snapshot::{Limits as SnapshotLimits, Oid};
+use serde_json::{Map, Value, json};
+use std::path::Path;
+
+/// The fork marker a child's run directory holds while its worktree exists.
+pub const FORK_MARKER: &str = "fork.json";
+
+/// Repair `ws`; returns one line per action taken.
+pub fn repair(ws: &Workspace) -> Result<Vec<String>> {
+    let _lock = RunLock::acquire(ws.root())
+        .map_err(|e| RunError::new(e.to_string()).hint("stop the running `evolve run` first"))?;
+    let mut archive = ws.archive_writer()?;
+    let mut actions = Vec::new();
+    let rec = archive.recovery().clone();
+    if !rec.resigned.is_empty() || rec.archive_torn.is_some() || rec.receipts_torn.is_some() {
+        actions.push(format!(
+            "archive: repaired crash state (torn archive tail: {}, torn receipts tail: {}, re-signed seqs: {:?})",
+            rec.archive_torn.is_some(),
+            rec.receipts_torn.is_some(),
+            rec.resigned
+        ));
+        let mut body = Map::new();
+        body.insert("what".into(), json!("archive recovery at open"));
+        body.insert("resigned_seqs".into(), json!(rec.resigned));
+        archive
+            .append(types::REPAIR, None, body, &now())
+            .map_err(|e| RunError::new(format!("archive: {e}")))?;
+    }
+    let entries: Vec<_> = std::fs::read_dir(ws.paths.worktrees())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .collect();
+    for entry in entries {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let genid = name.strip_prefix("gen-").unwrap_or(&name).to_string();
+        let dir = entry.path();
+        let fork = fork_commit(&ws.paths.run_dir(&genid));
+        let clean = fork.is_some_and(|c| {
+            ws.store
+                .snapshot(
+                    &dir,
+                    Some(c),
+                    &SnapshotLimits::default(),
+                    &layout::skip_top_level,
+                )
+                .is_ok_and(|s| s.changes.is_empty())
+        });
+        let mut body = Map::new();
+        body.insert("worktree".into(), json!(format!("runs/worktrees/{name}")));
+        if clean {
+            std::fs::remove_dir_all(&dir)
+                .map_err(|e| RunError::new(format!("cannot remove {}: {e}", dir.display())))?;
+            actions.push(format!("removed clean stale worktree {name}"));
+            body.insert("what".into(), json!("removed a clean stale child worktree"));
+        } else {
+            let dest = free_name(&ws.paths.runs().join("interrupted"), &name);
+            if let Some(p) = dest.parent() {
+                std::fs::create_dir_all(p)
+                    .map_err(|e| RunError::new(format!("cannot create {}: {e}", p.display())))?;
+            }
+            std::fs::rename(&dir, &dest)
+                .map_err(|e| RunError::new(format!("cannot move {}: {e}", dir.display())))?;
+            let rel = dest
+                .strip_prefix(ws.root())
+                .unwrap_or(&dest)
+                .display()
+                .to_string();
+            actions.push(format!(
+                "moved edited worktree {name} to {rel} (its edits are preserved)"
+            ));
+            body.insert("what".into(), json!("moved an edited child worktree aside"));
+            body.insert("moved_to".into(), json!(rel));
+        }
+        let _ = std::fs::remove_file(ws.paths.run_dir(&genid).join(FORK_MARKER));
+        archive
+            .append(types::REPAIR, Some(&genid), body, &now())
+            .map_err(|e| RunError::new(format!("archive: {e}")))?;
+    }
+    for tmp in std::fs::read_dir(ws.paths.runs().join("checkouts"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if tmp.file_name().to_string_lossy().starts_with(".tmp-") {
+            let _ = std::fs::remove_dir_all(tmp.path());
+            actions.push(format!(
+                "removed a partial checkout {}",
+                tmp.file_name().to_string_lossy()
+            ));
+        }
+    }
+    Ok(actions)
+}
+
+fn fork_commit(run_dir: &Path) -> Option<Oid> {
+    let v: Value = serde_json::from_slice(&std::fs::read(run_dir.join(FORK_MARKER)).ok()?).ok()?;
+    Oid::from_str(v.get("commit")?.as_str()?).ok()
+}
+
+fn free_name(dir: &Path, name: &str) -> std::path::PathBuf {
+    let first = dir.join(name);
+    if !first.exists() {
+        return first;
+    }
+    (1..)
+        .map(|n| dir.join(format!("{name}-{n}")))
+        .find(|p| !p.exists())
+        .unwrap_or(first)
+}

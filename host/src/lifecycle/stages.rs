@@ -1,0 +1,175 @@
+//! Calling a stage's operator the way the lifecycle does: loaded from the checkout the
+//! stage runs on, granted only that checkout's `target/` (and `operators/` when the
+//! surface includes it), a fresh scratch directory and, for mutate, the feedback bundle;
+//! limited by the recipe's binding; every input, result and log kept in the run directory.
+
+use crate::recipe::{Binding, Recipe};
+use crate::sandbox::{
+    Capabilities, GrantRequest, Grants, Limits, Sandbox, StageInput, StageOutput, stage_name,
+    types::{CallContext, Stage},
+};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The recipe's operator bindings, ready to call.
+pub struct Stages {
+    sandbox: Arc<Sandbox>,
+    bindings: std::collections::BTreeMap<String, Binding>,
+    operators_in_surface: bool,
+    experiment_seed: u64,
+}
+
+/// Why a stage produced no usable result (the text is archived as the attempt's reason).
+#[derive(Debug, Clone)]
+pub struct StageFailure {
+    pub stage: Stage,
+    pub message: String,
+}
+
+impl std::fmt::Display for StageFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", stage_name(self.stage), self.message)
+    }
+}
+
+/// A deterministic per-call seed: the experiment seed, the stage and the generation id.
+/// Never time or process state, so a resumed run makes the same random choices.
+pub fn stage_seed(experiment_seed: u64, stage: Stage, genid: &str) -> u64 {
+    let bytes = evolve_archive::canonical_bytes(&json!([
+        "evolve.stage-seed.v1",
+        experiment_seed,
+        stage_name(stage),
+        genid
+    ]));
+    let d = <sha2::Sha256 as sha2::Digest>::digest(&bytes);
+    u64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
+}
+
+impl Stages {
+    pub fn new(sandbox: Arc<Sandbox>, recipe: &Recipe, operators_in_surface: bool) -> Stages {
+        Stages {
+            sandbox,
+            bindings: recipe.operators.clone(),
+            operators_in_surface,
+            experiment_seed: recipe.experiment.seed,
+        }
+    }
+
+    /// Whether the recipe binds `stage` (optional stages are enabled by their key).
+    pub fn enabled(&self, stage: Stage) -> bool {
+        self.bindings.contains_key(stage_name(stage))
+    }
+
+    fn binding(&self, stage: Stage) -> Option<&Binding> {
+        self.bindings.get(stage_name(stage))
+    }
+
+    /// The context of one call.
+    pub fn context(&self, stage: Stage, genid: &str, parent: Option<&str>) -> CallContext {
+        let binding = self.binding(stage);
+        let config = binding
+            .map(|b| Value::Object(b.config.clone()))
+            .unwrap_or_else(|| json!({}));
+        CallContext {
+            generation_id: genid.to_string(),
+            parent: parent.map(str::to_string),
+            generation: evolve_archive::event::genid_generation(genid).unwrap_or(0) as u32,
+            seed: stage_seed(self.experiment_seed, stage, genid),
+            config: String::from_utf8(evolve_archive::canonical_bytes(&config))
+                .unwrap_or_else(|_| "{}".into()),
+            deadline_ms: binding.map_or(600_000, |b| (b.timeout_s * 1000.0).round() as u64),
+        }
+    }
+
+    fn limits(&self, stage: Stage) -> Limits {
+        let mut limits = Limits::default();
+        if let Some(b) = self.binding(stage) {
+            limits.timeout = Duration::from_secs_f64(b.timeout_s.max(0.001));
+            limits.memory_bytes = (b.memory_mib as usize) << 20;
+            limits.fuel = b.fuel;
+        }
+        limits
+    }
+
+    /// Call `stage`'s operator from `checkout`. `record` is what the run directory keeps
+    /// as the call's input (the host's view of it). `run_dir` is created fresh; an earlier,
+    /// interrupted call's directory is kept beside it as `<name>.interrupted-<n>`.
+    pub async fn call(
+        &self,
+        stage: Stage,
+        checkout: &Path,
+        run_dir: &Path,
+        feedback: Option<&Path>,
+        input: StageInput,
+        record: Value,
+    ) -> Result<StageOutput, StageFailure> {
+        let fail = |message: String| StageFailure { stage, message };
+        set_aside(run_dir)
+            .map_err(|e| fail(format!("cannot prepare {}: {e}", run_dir.display())))?;
+        let scratch = run_dir.join("scratch");
+        std::fs::create_dir_all(&scratch)
+            .map_err(|e| fail(format!("cannot create {}: {e}", scratch.display())))?;
+        write_json(&run_dir.join("input.json"), &record);
+        let rel = crate::workspace::layout::component_path(stage_name(stage));
+        let op = self
+            .sandbox
+            .load_from_checkout(stage, checkout, &rel)
+            .map_err(|e| fail(format!("cannot load {rel}: {e}")))?;
+        let grants = Grants::for_stage(
+            stage,
+            &GrantRequest {
+                checkout,
+                operators_in_surface: self.operators_in_surface,
+                scratch: &scratch,
+                feedback,
+            },
+        );
+        let report = self
+            .sandbox
+            .call(
+                &op,
+                &grants,
+                &self.limits(stage),
+                Capabilities::default(),
+                input,
+            )
+            .await;
+        let _ = report.write_logs(run_dir, "operator");
+        let result = match &report.outcome {
+            Ok(out) => {
+                json!({"ok": out.to_json(), "component_sha256": evolve_archive::canonical::hex(&op.digest), "elapsed_ms": report.elapsed.as_millis() as u64})
+            }
+            Err(f) => {
+                json!({"error": {"kind": f.kind(), "message": f.to_string()}, "component_sha256": evolve_archive::canonical::hex(&op.digest), "elapsed_ms": report.elapsed.as_millis() as u64})
+            }
+        };
+        write_json(&run_dir.join("result.json"), &result);
+        report
+            .outcome
+            .map_err(|f| fail(format!("{} ({})", f, f.kind())))
+    }
+}
+
+/// Move an existing `dir` aside (it is an interrupted call's record) so `dir` starts empty.
+fn set_aside(dir: &Path) -> std::io::Result<()> {
+    if dir.exists() {
+        let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("stage");
+        for n in 1.. {
+            let aside = dir.with_file_name(format!("{name}.interrupted-{n}"));
+            if !aside.exists() {
+                std::fs::rename(dir, &aside)?;
+                break;
+            }
+        }
+    }
+    std::fs::create_dir_all(dir)
+}
+
+pub(crate) fn write_json(path: &Path, value: &Value) {
+    if let Some(p) = path.parent() {
+        let _ = std::fs::create_dir_all(p);
+    }
+    let _ = std::fs::write(path, serde_json::to_vec_pretty(value).unwrap_or_default());
+}

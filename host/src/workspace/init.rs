@@ -1,0 +1,385 @@
+//! `evolve init`: create a workspace, commit it and tag `gen/0`.
+//!
+//! Order matters for crash safety: files are written first, then the repository and its
+//! first commit, then the signing key and the archive's genesis events, and the `gen/0`
+//! tag last. A workspace without `gen/0` is not a workspace (`Workspace::open` refuses it),
+//! so an interrupted init is visibly incomplete and `init` into the same directory refuses
+//! to overwrite it.
+
+use super::layout::{self, Paths};
+use super::{EngineConfig, Result, Workspace, err, key_path, now};
+use crate::builtin;
+use crate::recipe::{self, Recipe};
+use crate::safe_tree::{self, EntryKind, TreeLimits};
+use crate::sandbox::{Sandbox, parse_stage};
+use evaluator_harbor::split::{FrozenTaskSet, SplitName, SplitRatios};
+use evolve_archive::{Archive, ExperimentKey, types};
+use evolve_snapshot::{Limits as SnapshotLimits, Store};
+use serde_json::{Map, Value, json};
+use std::path::{Path, PathBuf};
+
+/// What `evolve init` was asked for.
+#[derive(Debug, Clone)]
+pub struct InitRequest {
+    pub dir: PathBuf,
+    /// The recipe's text and the directory its relative paths are taken from.
+    pub recipe_text: String,
+    pub recipe_base: PathBuf,
+    /// Overrides `target` (a built-in seed name or a directory).
+    pub seed: Option<String>,
+    /// Overrides `evaluator.dataset` (a built-in task set name or a directory).
+    pub tasks: Option<String>,
+}
+
+/// What was created.
+#[derive(Debug, Clone)]
+pub struct Initialized {
+    pub root: PathBuf,
+    pub experiment_id: String,
+    pub commit: String,
+    pub key_path: PathBuf,
+    pub tasks: [usize; 3],
+}
+
+/// Create the workspace described by `req`.
+pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
+    refuse_existing(&req.dir)?;
+    let checked = recipe::check(sb, &req.recipe_text, &req.recipe_base).await;
+    let (Some(mut recipe), Some(mut normalized)) = (checked.recipe, checked.normalized) else {
+        let lines: Vec<String> = checked
+            .violations
+            .iter()
+            .map(|v| format!("  {v}"))
+            .collect();
+        return Err(err(format!("the recipe is invalid:\n{}", lines.join("\n")))
+            .hint("`evolve recipe check RECIPE` lists the same problems"));
+    };
+    apply_overrides(req, &mut recipe, &mut normalized);
+    std::fs::create_dir_all(&req.dir)
+        .map_err(|e| err(format!("cannot create {}: {e}", req.dir.display())))?;
+    let root = std::fs::canonicalize(&req.dir)
+        .map_err(|e| err(format!("cannot resolve {}: {e}", req.dir.display())))?;
+    write_target(&recipe, &req.recipe_base, &root)?;
+    let task_set = write_evaluator(&recipe, &req.recipe_base, &root)?;
+    write_operators(&recipe, &req.recipe_base, &root)?;
+    write_text(
+        &root.join(layout::RECIPE_FILE),
+        &format!(
+            "# The normalized recipe of this experiment (every default filled in). The\n# framework reads it from gen/0's commit; editing this copy changes nothing.\n{}",
+            serde_yaml::to_string(&normalized)
+                .map_err(|e| err(format!("cannot render the recipe: {e}")))?
+        ),
+    )?;
+    write_text(&root.join(layout::GITIGNORE), layout::GITIGNORE_TEXT)?;
+    let experiment_id = experiment_id(&recipe.experiment.name);
+    let key_path = key_path(&experiment_id)?;
+    let key = ExperimentKey::create(&key_path, &experiment_id)
+        .map_err(|e| err(format!("cannot create the signing key: {e}")))?;
+    key.public()
+        .write(&root.join(layout::PUBLIC_KEY_FILE))
+        .map_err(|e| err(format!("cannot write the public key: {e}")))?;
+
+    let store =
+        Store::init(&root).map_err(|e| err(format!("cannot create the repository: {e}")))?;
+    let snap = store
+        .snapshot(
+            &root,
+            None,
+            &SnapshotLimits::default(),
+            &layout::skip_top_level,
+        )
+        .map_err(|e| err(format!("cannot snapshot the workspace: {e}")))?;
+    let commit = store
+        .commit(snap.tree, None, "evolve: generation 0", true)
+        .map_err(|e| err(format!("cannot commit generation 0: {e}")))?;
+    let evaluator_tree = store
+        .subtree(commit, layout::EVALUATOR_DIR)
+        .map_err(|e| err(e.to_string()))?
+        .ok_or_else(|| err("generation 0 has no evaluator/ tree"))?;
+    let engine = EngineConfig::from_recipe(&recipe);
+    let identity = json!({
+        "evaluator_fingerprint": evaluator_tree.to_string(),
+        "task_set_hash": task_set
+            .selection_digest(SplitName::Gate)
+            .map_err(|e| err(e.to_string()))?,
+        "runtime_fingerprint": engine.runtime_fingerprint(),
+    });
+    let paths = Paths::new(&root);
+    let mut archive = Archive::open(&paths.archive(), &experiment_id, key)
+        .map_err(|e| err(format!("cannot create the archive: {e}")))?;
+    let mut genesis = Map::new();
+    genesis.insert("experiment".into(), json!(experiment_id));
+    genesis.insert("fixed_identity".into(), identity);
+    genesis.insert("recipe".into(), json!(recipe.experiment.name));
+    archive
+        .append(types::GENESIS, None, genesis, &now())
+        .map_err(|e| err(format!("cannot write the archive: {e}")))?;
+    let mut gen0 = Map::new();
+    gen0.insert("parent".into(), Value::Null);
+    gen0.insert("commit".into(), json!(commit.to_string()));
+    gen0.insert("tree".into(), json!(snap.tree.to_string()));
+    archive
+        .append(types::GENERATION, Some("0"), gen0, &now())
+        .map_err(|e| err(format!("cannot write the archive: {e}")))?;
+    store
+        .tag(&layout::tag_name("0"), commit)
+        .map_err(|e| err(format!("cannot tag gen/0: {e}")))?;
+    let sizes = [SplitName::Train, SplitName::Gate, SplitName::Sealed]
+        .map(|s| task_set.split.members(s).len());
+    Ok(Initialized {
+        root,
+        experiment_id,
+        commit: commit.to_string(),
+        key_path,
+        tasks: sizes,
+    })
+}
+
+/// `init` never writes into a directory that already holds anything.
+fn refuse_existing(dir: &Path) -> Result<()> {
+    if !dir.exists() {
+        return Ok(());
+    }
+    if Workspace::open(dir).is_ok()
+        || dir.join(".git").exists()
+        || dir.join(layout::STATE_DIR).exists()
+    {
+        return Err(err(format!(
+            "{} is already a workspace; refusing to initialize over it",
+            dir.display()
+        ))
+        .hint("choose a new directory, or continue this one with `evolve run`"));
+    }
+    let mut entries =
+        std::fs::read_dir(dir).map_err(|e| err(format!("cannot read {}: {e}", dir.display())))?;
+    if entries.next().is_some() {
+        return Err(err(format!(
+            "{} is not empty; refusing to initialize into it",
+            dir.display()
+        ))
+        .hint("evolve init creates a new directory"));
+    }
+    Ok(())
+}
+
+fn apply_overrides(req: &InitRequest, recipe: &mut Recipe, normalized: &mut Value) {
+    if let Some(seed) = &req.seed {
+        let is_builtin = builtin::seed(seed).is_some();
+        recipe.target.seed = is_builtin.then(|| seed.clone());
+        recipe.target.path = (!is_builtin).then(|| seed.clone());
+        normalized["target"] = if is_builtin {
+            json!({"seed": seed})
+        } else {
+            json!({"path": seed})
+        };
+    }
+    if let Some(tasks) = &req.tasks {
+        recipe.evaluator.dataset = tasks.clone();
+        normalized["evaluator"]["dataset"] = json!(tasks);
+    }
+}
+
+/// A short unique experiment id: the recipe's name (made tag- and file-safe) and 8 random
+/// hex digits, so two workspaces of one recipe never share a key.
+fn experiment_id(name: &str) -> String {
+    let mut safe: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .take(40)
+        .collect();
+    if !safe.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+        safe.insert(0, 'x');
+    }
+    let mut bytes = [0u8; 4];
+    let _ = getrandom::fill(&mut bytes);
+    format!("{safe}-{}", evolve_archive::canonical::hex(&bytes))
+}
+
+fn write_text(path: &Path, text: &str) -> Result<()> {
+    if let Some(p) = path.parent() {
+        std::fs::create_dir_all(p)
+            .map_err(|e| err(format!("cannot create {}: {e}", p.display())))?;
+    }
+    std::fs::write(path, text).map_err(|e| err(format!("cannot write {}: {e}", path.display())))
+}
+
+fn write_target(recipe: &Recipe, base: &Path, root: &Path) -> Result<()> {
+    let dest = root.join(layout::TARGET_DIR);
+    if let Some(name) = &recipe.target.seed {
+        let seed = builtin::seed(name).ok_or_else(|| {
+            let known: Vec<&str> = builtin::SEEDS.iter().map(|s| s.name).collect();
+            err(format!(
+                "unknown built-in seed `{name}` (target.seed); built-in: {}",
+                known.join(", ")
+            ))
+        })?;
+        return seed
+            .write_target(&dest)
+            .map_err(|e| err(format!("cannot write the seed target: {e}")));
+    }
+    let Some(path) = &recipe.target.path else {
+        return Err(err(
+            "the recipe names no target (target.seed or target.path)",
+        ));
+    };
+    copy_tree(&resolve(base, path), &dest, "target.path")
+}
+
+fn write_evaluator(recipe: &Recipe, base: &Path, root: &Path) -> Result<FrozenTaskSet> {
+    let tasks_dir = root.join(layout::TASKS_DIR);
+    let dataset = &recipe.evaluator.dataset;
+    match builtin::seed(dataset) {
+        Some(seed) if !seed.tasks.is_empty() => seed
+            .write_tasks(&tasks_dir)
+            .map_err(|e| err(format!("cannot write the built-in task set: {e}")))?,
+        _ => copy_tree(&resolve(base, dataset), &tasks_dir, "evaluator.dataset")?,
+    }
+    let e = &recipe.evaluator;
+    let ratios = SplitRatios {
+        train: e.splits.train,
+        gate: e.splits.gate,
+        sealed: e.splits.sealed,
+    };
+    let frozen = FrozenTaskSet::freeze(&tasks_dir, ratios, e.splits.seed, e.repetitions)
+        .map_err(|e| err(format!("cannot freeze the task set: {e}")))?;
+    if frozen.split.gate.is_empty() {
+        return Err(err(format!(
+            "the gate split is empty ({} tasks, gate ratio {}); candidates are evaluated on it",
+            frozen.task_digests.len(),
+            e.splits.gate
+        ))
+        .hint("raise evaluator.splits.gate or add tasks"));
+    }
+    write_text(
+        &root.join(layout::TASK_SET_FILE),
+        &(frozen.to_json() + "\n"),
+    )?;
+    let engine = EngineConfig::from_recipe(recipe);
+    write_text(
+        &root.join(layout::ENGINE_FILE),
+        &(serde_json::to_string_pretty(&engine).unwrap_or_default() + "\n"),
+    )?;
+    Ok(frozen)
+}
+
+/// Freeze every bound operator into `operators/<stage>.wasm`, with a manifest of digests
+/// and sources.
+fn write_operators(recipe: &Recipe, base: &Path, root: &Path) -> Result<()> {
+    let mut manifest = Map::new();
+    for (stage, binding) in &recipe.operators {
+        if parse_stage(stage).is_none() {
+            continue;
+        }
+        let (bytes, source) = operator_bytes(stage, &binding.operator, base)?;
+        let rel = layout::component_path(stage);
+        let path = root.join(&rel);
+        if let Some(p) = path.parent() {
+            std::fs::create_dir_all(p)
+                .map_err(|e| err(format!("cannot create {}: {e}", p.display())))?;
+        }
+        std::fs::write(&path, &bytes).map_err(|e| err(format!("cannot write {rel}: {e}")))?;
+        manifest.insert(
+            stage.clone(),
+            json!({
+                "file": rel,
+                "operator": binding.operator,
+                "sha256": evolve_archive::sha256_hex(&bytes),
+                "bytes": bytes.len(),
+                "source": source,
+            }),
+        );
+    }
+    write_text(
+        &root.join(layout::COMPONENTS_MANIFEST),
+        &(serde_json::to_string_pretty(
+            &json!({"schema": "evolve.components.v1", "components": manifest}),
+        )
+        .unwrap_or_default()
+            + "\n"),
+    )
+}
+
+/// The component bytes a binding names, and where they came from.
+pub fn operator_bytes(stage: &str, name: &str, base: &Path) -> Result<(Vec<u8>, String)> {
+    if name.ends_with(".wasm") || name.contains('/') {
+        let path = resolve(base, name);
+        let bytes = std::fs::read(&path).map_err(|e| {
+            err(format!(
+                "cannot read component {} (operators.{stage}): {e}",
+                path.display()
+            ))
+        })?;
+        return Ok((bytes, format!("file:{}", path.display())));
+    }
+    let op = builtin::find(stage, name).ok_or_else(|| {
+        err(format!(
+            "unknown {stage} operator `{name}` (operators.{stage}.operator)"
+        ))
+    })?;
+    Ok((
+        op.bytes.to_vec(),
+        format!(
+            "builtin:{stage}/{name}@evolve-{}",
+            env!("CARGO_PKG_VERSION")
+        ),
+    ))
+}
+
+fn resolve(base: &Path, p: &str) -> PathBuf {
+    let p = Path::new(p);
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        base.join(p)
+    }
+}
+
+/// Copy a user directory into the workspace: regular files and directories only, never
+/// following or copying a symlink (a target must not smuggle a link into the repository).
+fn copy_tree(src: &Path, dest: &Path, what: &str) -> Result<()> {
+    if !src.is_dir() {
+        return Err(err(format!("{what}: {} is not a directory", src.display())));
+    }
+    let entries = safe_tree::walk(src, TreeLimits::default())
+        .map_err(|e| err(format!("{what}: {}: {e}", src.display())))?;
+    std::fs::create_dir_all(dest)
+        .map_err(|e| err(format!("cannot create {}: {e}", dest.display())))?;
+    for entry in entries {
+        let to = dest.join(&entry.path);
+        match entry.kind {
+            EntryKind::Dir => std::fs::create_dir_all(&to)
+                .map_err(|e| err(format!("cannot create {}: {e}", to.display())))?,
+            EntryKind::File { executable, .. } => {
+                let bytes =
+                    safe_tree::read_file(src, &entry.path, TreeLimits::default().max_file_bytes)
+                        .map_err(|e| err(format!("{what}: {e}")))?;
+                std::fs::write(&to, bytes)
+                    .map_err(|e| err(format!("cannot write {}: {e}", to.display())))?;
+                if executable {
+                    use std::os::unix::fs::PermissionsExt;
+                    std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755))
+                        .map_err(|e| err(format!("cannot chmod {}: {e}", to.display())))?;
+                }
+            }
+            EntryKind::Symlink { target } => {
+                return Err(err(format!(
+                    "{what}: {} is a symlink (to {target}); copy regular files only",
+                    src.join(&entry.path).display()
+                )));
+            }
+            EntryKind::Special => {
+                return Err(err(format!(
+                    "{what}: {} is not a regular file or directory",
+                    src.join(&entry.path).display()
+                )));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,241 @@
+//! An experiment workspace: a git repository holding the target, the frozen operators,
+//! the frozen evaluator and the public key, plus host-only state (archive, receipts,
+//! run lock) that no operator is ever granted. See [`layout`] for the file map.
+//!
+//! Everything the framework trusts is read from `gen/0`'s commit, never from the working
+//! tree: a hand edit of `recipe.yaml` or `evaluator/` in the working tree changes nothing.
+
+pub mod init;
+pub mod layout;
+
+use crate::recipe::{self, Recipe};
+use evaluator_harbor::split::{FrozenTaskSet, SplitName};
+use evolve_archive::{Archive, ExperimentKey, PublicKey};
+use evolve_snapshot::{Oid, Store};
+use layout::Paths;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// The frozen engine configuration (`evaluator/engine.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineConfig {
+    /// Always `"evolve.engine.v1"`.
+    pub schema: String,
+    /// `local`, `docker` or `harbor`.
+    pub engine: String,
+    pub n_concurrent: u32,
+    pub coverage_floor: f64,
+    pub agent_timeout_is_zero: bool,
+    /// The split candidates are evaluated (and selected) on.
+    pub primary_split: String,
+}
+
+pub const ENGINE_SCHEMA: &str = "evolve.engine.v1";
+
+impl EngineConfig {
+    pub fn from_recipe(r: &Recipe) -> EngineConfig {
+        EngineConfig {
+            schema: ENGINE_SCHEMA.into(),
+            engine: r.evaluator.engine.clone(),
+            n_concurrent: r.evaluator.n_concurrent,
+            coverage_floor: r.evaluator.coverage_floor,
+            agent_timeout_is_zero: true,
+            primary_split: "gate".into(),
+        }
+    }
+
+    /// The runtime fingerprint stamped on every evaluation: the engine configuration and
+    /// the evaluator's version.
+    pub fn runtime_fingerprint(&self) -> String {
+        evolve_archive::canonical_sha256(&json!({
+            "engine": self,
+            "evaluator_harbor": env!("CARGO_PKG_VERSION"),
+        }))
+    }
+}
+
+/// A workspace problem, for the user.
+#[derive(Debug)]
+pub struct WorkspaceError {
+    pub what: String,
+    pub hint: Option<String>,
+}
+
+impl WorkspaceError {
+    pub fn new(what: impl Into<String>) -> Self {
+        WorkspaceError {
+            what: what.into(),
+            hint: None,
+        }
+    }
+    pub fn hint(mut self, h: impl Into<String>) -> Self {
+        self.hint = Some(h.into());
+        self
+    }
+}
+
+impl fmt::Display for WorkspaceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.what)
+    }
+}
+
+impl std::error::Error for WorkspaceError {}
+
+pub type Result<T> = std::result::Result<T, WorkspaceError>;
+
+pub(crate) fn err(what: impl Into<String>) -> WorkspaceError {
+    WorkspaceError::new(what)
+}
+
+/// An opened workspace: its frozen inputs, read from `gen/0`.
+pub struct Workspace {
+    pub paths: Paths,
+    pub store: Store,
+    pub recipe: Recipe,
+    pub experiment_id: String,
+    pub public_key: PublicKey,
+    pub task_set: FrozenTaskSet,
+    pub engine: EngineConfig,
+    /// `gen/0`'s commit.
+    pub genesis: Oid,
+    /// `gen/0`'s `evaluator/` tree: every evaluation's must equal it.
+    pub evaluator_tree: Oid,
+}
+
+/// Largest frozen file the host reads back from a commit.
+const MAX_FROZEN_FILE: usize = 64 << 20;
+
+impl Workspace {
+    /// Open the workspace at `dir`.
+    pub fn open(dir: &Path) -> Result<Workspace> {
+        let root = std::fs::canonicalize(dir).map_err(|e| {
+            err(format!("cannot open workspace {}: {e}", dir.display()))
+                .hint("create one with `evolve init DIR --recipe RECIPE`")
+        })?;
+        let not_ws = || {
+            err(format!("{} is not an evolve workspace", root.display()))
+                .hint("create one with `evolve init DIR --recipe RECIPE`")
+        };
+        if !root.join(".git").exists() {
+            return Err(not_ws());
+        }
+        let store = Store::open(&root)
+            .map_err(|e| err(format!("cannot open the workspace repository: {e}")))?;
+        let genesis = store
+            .tag_target(&layout::tag_name("0"))
+            .map_err(|e| err(e.to_string()))?
+            .ok_or_else(not_ws)?;
+        let read = |path: &str| -> Result<String> {
+            let bytes = store
+                .read_blob(genesis, path, MAX_FROZEN_FILE)
+                .map_err(|e| err(format!("cannot read {path} from gen/0: {e}")))?
+                .ok_or_else(|| err(format!("gen/0 has no {path}: the workspace is incomplete")))?;
+            String::from_utf8(bytes).map_err(|_| err(format!("{path} in gen/0 is not UTF-8")))
+        };
+        let checked = recipe::check_shape(&read(layout::RECIPE_FILE)?);
+        let recipe = checked.recipe.ok_or_else(|| {
+            let problems: Vec<String> = checked.violations.iter().map(|v| v.to_string()).collect();
+            err(format!(
+                "gen/0's recipe.yaml is invalid: {}",
+                problems.join("; ")
+            ))
+        })?;
+        let public_key = PublicKey::from_value(
+            &serde_json::from_str(&read(layout::PUBLIC_KEY_FILE)?)
+                .map_err(|e| err(format!("{} is not JSON: {e}", layout::PUBLIC_KEY_FILE)))?,
+        )
+        .map_err(|e| err(format!("{}: {e}", layout::PUBLIC_KEY_FILE)))?;
+        let engine: EngineConfig = serde_json::from_str(&read(layout::ENGINE_FILE)?)
+            .map_err(|e| err(format!("{}: {e}", layout::ENGINE_FILE)))?;
+        if engine.schema != ENGINE_SCHEMA {
+            return Err(err(format!(
+                "{}: unknown schema {:?}, expected {ENGINE_SCHEMA:?}",
+                layout::ENGINE_FILE,
+                engine.schema
+            )));
+        }
+        let task_set = FrozenTaskSet::from_json(&read(layout::TASK_SET_FILE)?)
+            .map_err(|e| err(format!("{}: {e}", layout::TASK_SET_FILE)))?;
+        let evaluator_tree = store
+            .subtree(genesis, layout::EVALUATOR_DIR)
+            .map_err(|e| err(e.to_string()))?
+            .ok_or_else(|| err("gen/0 has no evaluator/ tree"))?;
+        Ok(Workspace {
+            experiment_id: public_key.experiment_id().to_string(),
+            paths: Paths::new(&root),
+            store,
+            recipe,
+            public_key,
+            task_set,
+            engine,
+            genesis,
+            evaluator_tree,
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.paths.root
+    }
+
+    /// The split candidates are evaluated on.
+    pub fn primary_split(&self) -> SplitName {
+        split_named(&self.engine.primary_split).unwrap_or(SplitName::Gate)
+    }
+
+    /// Open the archive as its single writer (the caller holds the run lock).
+    pub fn archive_writer(&self) -> Result<Archive> {
+        let key_path = key_path(&self.experiment_id)?;
+        let key = ExperimentKey::load(&key_path, &self.experiment_id).map_err(|e| {
+            err(format!("cannot load the experiment's signing key: {e}")).hint(format!(
+                "the key is created by `evolve init` at {}; set EVOLVE_KEY_DIR if it lives elsewhere",
+                key_path.display()
+            ))
+        })?;
+        Archive::open(&self.paths.archive(), &self.experiment_id, key).map_err(|e| {
+            err(format!("archive: {e}")).hint("run `evolve verify` to see every finding")
+        })
+    }
+
+    /// The commit a `gen/<genid>` tag names, as hex.
+    pub fn tag_commit(&self, genid: &str) -> Option<String> {
+        self.store
+            .tag_target(&layout::tag_name(genid))
+            .ok()
+            .flatten()
+            .map(|o| o.to_string())
+    }
+}
+
+pub fn split_named(s: &str) -> Option<SplitName> {
+    match s {
+        "train" => Some(SplitName::Train),
+        "gate" => Some(SplitName::Gate),
+        "sealed" => Some(SplitName::Sealed),
+        _ => None,
+    }
+}
+
+/// Where an experiment's secret key lives: `$EVOLVE_KEY_DIR/<id>.key`, else
+/// `<user data dir>/evolve/keys/<id>.key`. Never inside a workspace.
+pub fn key_path(experiment_id: &str) -> Result<PathBuf> {
+    let dir = match std::env::var_os("EVOLVE_KEY_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => dirs::data_dir()
+            .ok_or_else(|| {
+                err("no user data directory for the experiment's signing key")
+                    .hint("set EVOLVE_KEY_DIR to a private directory")
+            })?
+            .join("evolve")
+            .join("keys"),
+    };
+    Ok(dir.join(format!("{experiment_id}.key")))
+}
+
+/// The current time as RFC 3339 UTC with milliseconds (archive timestamps).
+pub fn now() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}

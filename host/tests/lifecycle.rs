@@ -1,0 +1,462 @@
+//! `evolve init` + `evolve run` end to end, with the real binary, real components and the
+//! local engine; and the boundaries a candidate must not cross.
+
+#[path = "support/ws.rs"]
+mod ws;
+
+use serde_json::{Value, json};
+use std::os::unix::fs::PermissionsExt;
+use ws::{CANARY, Exp, Spec, text, wait_for};
+
+fn row<'a>(log: &'a [Value], genid: &str) -> &'a Value {
+    log.iter()
+        .find(|r| r["genid"] == genid)
+        .unwrap_or_else(|| panic!("no row {genid} in {log:#?}"))
+}
+
+#[test]
+fn init_freezes_a_committed_workspace_and_refuses_to_overwrite_it() {
+    let e = Exp::new(&Spec::default());
+    e.init();
+    for f in [
+        "recipe.yaml",
+        "target/value.txt",
+        "operators/mutate.wasm",
+        "operators/manifest.json",
+        "evaluator/engine.json",
+        "evaluator/task-set.json",
+        "keys/archive.pub",
+        ".gitignore",
+    ] {
+        assert!(e.ws.join(f).is_file(), "{f} is missing");
+    }
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(e.ws.join("operators/manifest.json")).unwrap())
+            .unwrap();
+    let m = &manifest["components"]["mutate"];
+    assert_eq!(m["sha256"].as_str().unwrap().len(), 64);
+    assert!(m["source"].as_str().unwrap().starts_with("file:"), "{m}");
+    assert!(
+        manifest["components"]["select"]["source"]
+            .as_str()
+            .unwrap()
+            .starts_with("builtin:select/greedy")
+    );
+    // The secret key lives outside the workspace, private.
+    let keys: Vec<_> = std::fs::read_dir(&e.keys).unwrap().flatten().collect();
+    assert_eq!(keys.len(), 1);
+    assert_eq!(
+        keys[0].metadata().unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    // gen/0 is tagged; the archive holds the genesis and generation-zero events.
+    let store = evolve_snapshot::Store::open(&e.ws).unwrap();
+    assert!(store.tag_target("gen/0").unwrap().is_some());
+    let types: Vec<Value> = e.events().iter().map(|e| e["type"].clone()).collect();
+    assert_eq!(types, [json!("genesis"), json!("generation")]);
+    // A second init over it, or into any non-empty directory, is refused.
+    let again = e
+        .evolve(&["init", "ws", "--recipe", "recipe.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(2), "{}", text(&again));
+    assert!(
+        text(&again).contains("already a workspace"),
+        "{}",
+        text(&again)
+    );
+    let into_target = e
+        .evolve(&["init", "target", "--recipe", "recipe.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(into_target.status.code(), Some(2));
+    assert!(
+        text(&into_target).contains("not empty"),
+        "{}",
+        text(&into_target)
+    );
+    // A bad recipe is reported with its path, nothing is created.
+    std::fs::write(
+        e.root().join("bad.yaml"),
+        "experiment: {name: x, colour: red}\n",
+    )
+    .unwrap();
+    let bad = e
+        .evolve(&["init", "ws2", "--recipe", "bad.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(text(&bad).contains("experiment.colour"), "{}", text(&bad));
+    assert!(!e.root().join("ws2").exists());
+}
+
+#[test]
+fn a_run_improves_the_champion_and_verifies() {
+    let e = Exp::new(&Spec {
+        generations: 3,
+        ..Spec::default()
+    });
+    e.init();
+    let dry = e.json(&["run", "ws", "--dry-run", "--json"]);
+    assert_eq!(dry["candidate_trials"], json!(3 * 2));
+    let out = e.run_ok(&["run", "ws", "--json"]);
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["status"], "complete");
+    let g0 = summary["genesis_score"].as_f64().unwrap();
+    let best = summary["champion_score"].as_f64().unwrap();
+    assert!((g0 - 0.1).abs() < 1e-9, "{summary}");
+    assert!((best - 0.4).abs() < 1e-9, "{summary}");
+    assert!(
+        summary["anchor_before"].is_number() && summary["anchor_after"].is_number(),
+        "{summary}"
+    );
+    let log = e.log();
+    assert_eq!(log.len(), 4, "{log:#?}");
+    for g in ["1", "2", "3"] {
+        let r = row(&log, g);
+        assert_eq!(r["status"], "benchmark_complete");
+        assert_eq!(r["verdict"], "keep");
+        assert_eq!(r["changed_paths"], 1);
+    }
+    assert_eq!(row(&log, "3")["champion"], true);
+    assert_eq!(row(&log, "2")["parent"], "1");
+    e.run_ok(&["verify", "ws"]);
+    let status = e.json(&["status", "ws", "--json"]);
+    assert_eq!(status["champion"]["genid"], "3");
+    assert_eq!(status["integrity"], "ok");
+    let show = e.json(&["show", "2", "-w", "ws", "--json"]);
+    assert_eq!(show["eligible"], true);
+    assert!(
+        show["stages"]["mutate"]["result"]["ok"]["notes"][0]
+            .as_str()
+            .unwrap()
+            .contains("value -> 0.3"),
+        "{show:#}"
+    );
+    // Running again is a no-op: everything is terminal.
+    let before = e.events().len();
+    e.run_ok(&["run", "ws", "--quiet"]);
+    assert_eq!(e.events().len(), before);
+}
+
+fn one_generation(mutate: Value, surface: &[&str]) -> Exp {
+    let e = Exp::new(&Spec {
+        generations: 1,
+        mutate,
+        surface: surface.iter().map(|s| s.to_string()).collect(),
+        ..Spec::default()
+    });
+    e.init();
+    e
+}
+
+fn assert_rejected(e: &Exp, status: &str, reason_has: &str) {
+    let log = e.log();
+    let r = row(&log, "1");
+    assert_eq!(r["status"], status, "{log:#?}");
+    assert_eq!(r["eligible"], false);
+    let show = e.json(&["show", "1", "-w", "ws", "--json"]);
+    let reason = show["row"]["reason"].as_str().unwrap_or("");
+    assert!(
+        reason.contains(reason_has),
+        "reason {reason:?} should mention {reason_has:?}"
+    );
+    assert!(
+        e.evolve(&["verify", "ws"])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    assert!(!e.ws.join("runs/worktrees/gen-1").exists());
+}
+
+#[test]
+fn a_write_outside_the_surface_is_an_invalid_proposal() {
+    let e = one_generation(
+        json!({"action": "write", "path": "other.txt", "content": "0.9"}),
+        &["target/value.txt"],
+    );
+    e.run_ok(&["run", "ws"]);
+    assert_rejected(&e, "invalid_proposal", "target/other.txt");
+}
+
+#[test]
+fn a_planted_symlink_to_the_evaluator_is_an_invalid_proposal() {
+    let e = one_generation(
+        json!({"action": "symlink", "path": "answer", "content": format!("../evaluator/tasks/{CANARY}-0/tests/test.sh")}),
+        &["target/**"],
+    );
+    e.run_ok(&["run", "ws"]);
+    assert_rejected(&e, "invalid_proposal", "target/answer");
+}
+
+#[test]
+fn no_change_is_no_proposal() {
+    let e = one_generation(json!({"action": "none"}), &["target/**"]);
+    e.run_ok(&["run", "ws"]);
+    assert_rejected(&e, "no_proposal", "no changes");
+}
+
+#[test]
+fn an_evaluator_edit_in_the_child_tree_is_rejected_by_the_surface_check() {
+    // Mutate is busy; meanwhile something else (not the operator: it has no handle on
+    // evaluator/) edits the child's evaluator copy. The actual tree diff catches it.
+    let e = one_generation(
+        json!({"action": "climb", "sleep_ms": 1500}),
+        &["target/**", "evaluator/**"],
+    );
+    let child = e.spawn_run();
+    let victim = e.ws.join(format!(
+        "runs/worktrees/gen-1/evaluator/tasks/{CANARY}-0/tests/test.sh"
+    ));
+    wait_for(60, "the child worktree", || {
+        e.ws.join("runs/gen-1/mutate/input.json").exists()
+    });
+    std::fs::write(&victim, "#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    // `evaluator/**` in the recipe's include cannot override the implicit exclude.
+    assert_rejected(&e, "invalid_proposal", "evaluator/tasks");
+}
+
+#[test]
+fn private_task_names_never_reach_an_operator() {
+    let e = one_generation(json!({"action": "dump"}), &["target/**"]);
+    e.run_ok(&["run", "ws"]);
+    let frozen: Value =
+        serde_json::from_slice(&std::fs::read(e.ws.join("evaluator/task-set.json")).unwrap())
+            .unwrap();
+    let private: Vec<String> = ["gate", "sealed"]
+        .iter()
+        .flat_map(|s| {
+            frozen["split"][s]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap().to_string())
+        })
+        .collect();
+    assert_eq!(private.len(), 3, "{frozen}");
+    // Everything operators were given or produced: stage inputs and results, their logs
+    // (the dump prints every file mutate could read), scratch, feedback; and the rows.
+    let mut seen = 0;
+    for entry in walk(&e.ws.join("runs/gen-1"))
+        .into_iter()
+        .chain(walk(&e.ws.join("runs/gen-2")))
+    {
+        let text = String::from_utf8_lossy(&std::fs::read(&entry).unwrap()).into_owned();
+        seen += 1;
+        for name in &private {
+            assert!(
+                !text.contains(name.as_str()),
+                "{name} leaked into {}",
+                entry.display()
+            );
+        }
+    }
+    assert!(seen >= 5, "expected stage files, found {seen}");
+    let dump = std::fs::read_to_string(e.ws.join("runs/gen-1/mutate/operator.stdout.log")).unwrap();
+    assert!(dump.contains("== /feedback/parent.json"), "{dump}");
+    assert!(
+        dump.contains("private-"),
+        "rows name private tasks by key: {dump}"
+    );
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        let t = e.file_type().unwrap();
+        if t.is_dir() {
+            out.extend(walk(&p));
+        } else if t.is_file() {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_failing_operator_is_an_archived_operator_failure() {
+    let e = one_generation(
+        json!({"action": "write", "path": "../../escape", "content": "x"}),
+        &["target/**"],
+    );
+    e.run_ok(&["run", "ws"]);
+    let log = e.log();
+    let r = row(&log, "1");
+    assert_eq!(r["status"], "operator_failed", "{log:#?}");
+    let show = e.json(&["show", "1", "-w", "ws", "--json"]);
+    assert_eq!(show["row"]["failure_stage"], "mutate");
+}
+
+#[test]
+fn children_of_one_generation_run_concurrently_and_resume_the_archived_selection() {
+    let e = Exp::new(&Spec {
+        generations: 2,
+        ..Spec::default()
+    });
+    e.init();
+    e.run_ok(&["run", "ws", "--children-per-gen", "2", "--quiet"]);
+    let log = e.log();
+    let ids: Vec<&str> = log.iter().map(|r| r["genid"].as_str().unwrap()).collect();
+    for g in ["1-0", "1-1", "2-0", "2-1"] {
+        assert!(ids.contains(&g), "{ids:?}");
+    }
+    assert_eq!(row(&log, "1-0")["parent"], "0");
+    assert_eq!(row(&log, "1-1")["parent"], "0");
+    let selects: Vec<Value> = e
+        .events()
+        .into_iter()
+        .filter(|x| x["type"] == "select")
+        .collect();
+    assert_eq!(selects.len(), 2, "one select per generation");
+    e.run_ok(&["verify", "ws"]);
+}
+
+#[test]
+fn the_budget_stops_the_run_before_a_generation_it_cannot_pay_for() {
+    // Every trial reports $0.01: genesis (2 gate + 1 sealed trials) costs $0.03 and each
+    // child's evaluation $0.02, so a $0.05 budget pays for exactly one generation.
+    let e = Exp::new(&Spec {
+        generations: 3,
+        budget_usd: 0.05,
+        agent_cost: Some(0.01),
+        ..Spec::default()
+    });
+    e.init();
+    let dry = e.json(&["run", "ws", "--dry-run", "--json"]);
+    assert!(
+        dry["cost_per_trial_usd"].is_null(),
+        "not measured before gen/0 ran: {dry}"
+    );
+    let out = e.evolve(&["run", "ws", "--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["status"], "budget_exhausted");
+    assert!(
+        (summary["spent_usd"].as_f64().unwrap() - 0.05).abs() < 1e-9,
+        "{summary}"
+    );
+    let log = e.log();
+    assert_eq!(row(&log, "1")["status"], "benchmark_complete");
+    assert_eq!(row(&log, "2")["status"], "budget_exhausted");
+    assert!(log.iter().all(|r| r["genid"] != "3"));
+    let dry = e.json(&["run", "ws", "--dry-run", "--json"]);
+    assert!(
+        (dry["cost_per_trial_usd"].as_f64().unwrap() - 0.01).abs() < 1e-9,
+        "{dry}"
+    );
+    e.run_ok(&["verify", "ws"]);
+}
+
+#[test]
+fn a_failed_evaluation_is_retried_only_by_evolve_retry() {
+    let e = one_generation(
+        json!({"action": "write", "path": "agent.toml", "content": "command = 42\n"}),
+        &["target/**"],
+    );
+    e.run_ok(&["run", "ws", "--quiet"]);
+    assert_eq!(row(&e.log(), "1")["status"], "candidate_invalid");
+    let before = e.events().len();
+    e.run_ok(&["run", "ws", "--quiet"]);
+    assert_eq!(
+        e.events().len(),
+        before,
+        "run does not retry a failed evaluation"
+    );
+    let out = e.run_ok(&["retry", "1", "-w", "ws", "--json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["outcome"], "candidate_invalid");
+    let attempts: Vec<Value> = e
+        .events()
+        .into_iter()
+        .filter(|x| x["type"] == "evaluation" && x["genid"] == "1")
+        .map(|x| x["body"]["attempt"].clone())
+        .collect();
+    assert_eq!(
+        attempts,
+        [json!(1), json!(2)],
+        "both attempts stay auditable"
+    );
+    assert_eq!(row(&e.log(), "1")["eligible"], false);
+    let refused = e.evolve(&["retry", "0", "-w", "ws"]).output().unwrap();
+    assert_eq!(
+        refused.status.code(),
+        Some(2),
+        "gen 0 completed: nothing to retry"
+    );
+    e.run_ok(&["verify", "ws"]);
+}
+
+#[test]
+fn a_self_edited_gate_judges_its_own_child() {
+    // The surface includes operators/**: mutate replaces operators/gate.wasm with another
+    // component, and the child's gate (loaded from the child's commit) is the new one.
+    let e = Exp::new(&Spec {
+        generations: 1,
+        mutate: json!({"action": "replace_operator", "path": "alt_gate.wasm", "content": "gate.wasm"}),
+        surface: vec!["target/value.txt".into(), "operators/**".into()],
+        ..Spec::default()
+    });
+    std::fs::copy(
+        ws::component("slow_gate"),
+        e.root().join("target/alt_gate.wasm"),
+    )
+    .unwrap();
+    e.init();
+    e.run_ok(&["run", "ws", "--quiet"]);
+    let show = e.json(&["show", "1", "-w", "ws", "--json"]);
+    let reason = show["row"]["gate_reason"].as_str().unwrap_or("");
+    assert!(
+        reason.starts_with("child 0.2 vs parent 0.1"),
+        "the replaced gate decided: {reason:?}"
+    );
+    assert_eq!(show["row"]["verdict"], "keep");
+    // gen/0's gate component is untouched: the next child of gen/0 would use hillclimb.
+    let store = evolve_snapshot::Store::open(&e.ws).unwrap();
+    let gen0 = store.tag_target("gen/0").unwrap().unwrap();
+    let gen1 = store.tag_target("gen/1").unwrap().unwrap();
+    let g0 = store
+        .read_blob(gen0, "operators/gate.wasm", 64 << 20)
+        .unwrap()
+        .unwrap();
+    let g1 = store
+        .read_blob(gen1, "operators/gate.wasm", 64 << 20)
+        .unwrap()
+        .unwrap();
+    assert_ne!(g0, g1);
+    assert_eq!(g1, std::fs::read(ws::component("slow_gate")).unwrap());
+    e.run_ok(&["verify", "ws"]);
+}
+
+#[test]
+fn the_default_demo_improves_reports_the_anchor_and_verifies() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_evolve"))
+        .args(["demo", "demo-ws", "--json"])
+        .env("EVOLVE_KEY_DIR", tmp.path().join("keys"))
+        .env("EVOLVE_CACHE_DIR", ws::cache_dir())
+        .current_dir(tmp.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (g0, best) = (
+        summary["genesis_score"].as_f64().unwrap(),
+        summary["champion_score"].as_f64().unwrap(),
+    );
+    assert!(best > g0, "the champion beats gen 0: {summary}");
+    assert!(
+        summary["anchor_before"].is_number() && summary["anchor_after"].is_number(),
+        "{summary}"
+    );
+    let verify = std::process::Command::new(env!("CARGO_BIN_EXE_evolve"))
+        .args(["verify", "demo-ws"])
+        .current_dir(tmp.path())
+        .output()
+        .unwrap();
+    assert!(verify.status.success(), "{}", text(&verify));
+}

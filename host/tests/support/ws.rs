@@ -1,0 +1,267 @@
+//! Experiment fixtures for the lifecycle tests: a tiny target whose agent answers the
+//! number in `target/value.txt`, a task set whose verifier rewards exactly that number,
+//! recipes binding test components, and helpers to run the real `evolve` binary.
+
+#![allow(dead_code)]
+
+use serde_json::{Value, json};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const CANARY: &str = "zq-canary";
+
+/// Path of a test component built by `host/build.rs`.
+pub fn component(name: &str) -> PathBuf {
+    Path::new(evolve::builtin::TEST_COMPONENTS_DIR).join(format!("tc_{name}.wasm"))
+}
+
+fn write_exec(p: &Path, body: &str) {
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, body).unwrap();
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// One experiment: a temporary directory with `target/`, `tasks/`, `recipe.yaml`, a
+/// private key directory, and the workspace `ws/` (created by [`Exp::init`]).
+pub struct Exp {
+    pub tmp: tempfile::TempDir,
+    pub ws: PathBuf,
+    pub keys: PathBuf,
+}
+
+pub struct Spec {
+    pub tasks: usize,
+    /// Seconds each verifier sleeps (for the kill-during-evaluation test).
+    pub verifier_sleep: f64,
+    pub mutate: Value,
+    pub gate: (String, Value),
+    pub surface: Vec<String>,
+    pub generations: u32,
+    pub extra_operators: String,
+    pub budget_usd: f64,
+    /// What the agent reports it spent per trial (`cost.json`).
+    pub agent_cost: Option<f64>,
+}
+
+impl Default for Spec {
+    fn default() -> Spec {
+        Spec {
+            tasks: 4,
+            verifier_sleep: 0.0,
+            mutate: json!({"action": "climb"}),
+            gate: ("hillclimb".into(), json!({})),
+            surface: vec!["target/value.txt".into()],
+            generations: 2,
+            extra_operators: String::new(),
+            budget_usd: 0.0,
+            agent_cost: None,
+        }
+    }
+}
+
+impl Exp {
+    pub fn new(spec: &Spec) -> Exp {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        std::fs::create_dir_all(r.join("target")).unwrap();
+        std::fs::write(r.join("target/agent.toml"), "command = [\"./agent.sh\"]\n").unwrap();
+        write_exec(
+            &r.join("target/agent.sh"),
+            &format!(
+                "#!/bin/sh\ncat \"$EVOLVE_AGENT_DIR/value.txt\" > \"$EVOLVE_APP_DIR/answer.txt\"\n{}",
+                spec.agent_cost.map_or(String::new(), |c| format!(
+                    "echo '{{\"cost_usd\": {c}}}' > \"$EVOLVE_AGENT_LOGS_DIR/cost.json\"\n"
+                ))
+            ),
+        );
+        std::fs::write(r.join("target/value.txt"), "0.1\n").unwrap();
+        for i in 0..spec.tasks {
+            let d = r.join(format!("tasks/{CANARY}-{i}"));
+            std::fs::create_dir_all(d.join("environment")).unwrap();
+            std::fs::write(
+                d.join("environment/Dockerfile"),
+                "FROM scratch\nWORKDIR /app\n",
+            )
+            .unwrap();
+            std::fs::write(
+                d.join("task.toml"),
+                "version = \"1.0\"\n[verifier]\ntimeout_sec = 60.0\n[agent]\ntimeout_sec = 60.0\n",
+            )
+            .unwrap();
+            std::fs::write(
+                d.join("instruction.md"),
+                "Write your number to /app/answer.txt.\n",
+            )
+            .unwrap();
+            let sleep = if spec.verifier_sleep > 0.0 {
+                format!("sleep {}\n", spec.verifier_sleep)
+            } else {
+                String::new()
+            };
+            write_exec(
+                &d.join("tests/test.sh"),
+                &format!("#!/bin/sh\n{sleep}cat /app/answer.txt > /logs/verifier/reward.txt\n"),
+            );
+            write_exec(
+                &d.join("solution/solve.sh"),
+                "#!/bin/sh\necho 1 > /app/answer.txt\n",
+            );
+        }
+        let surface: Vec<String> = spec.surface.iter().map(|s| format!("\"{s}\"")).collect();
+        let recipe = format!(
+            "experiment: {{name: test, max_generations: {gens}, children_per_gen: 1, seed: 3, budget_usd: {budget}}}\n\
+             target: {{path: target}}\n\
+             surface: {{include: [{surface}]}}\n\
+             operators:\n  select: {{operator: greedy}}\n  rollout: {{operator: noop}}\n\
+             \x20 mutate: {{operator: {mutate_op}, timeout_s: 60, config: {mutate}}}\n\
+             \x20 gate: {{operator: {gate_op}, timeout_s: 60, config: {gate_cfg}}}\n\
+             \x20 record: {{operator: notes}}\n{extra}\
+             evaluator: {{engine: local, dataset: tasks, splits: {{train: 0.25, gate: 0.5, sealed: 0.25, seed: 0}}, n_concurrent: 1}}\n",
+            gens = spec.generations,
+            budget = spec.budget_usd,
+            surface = surface.join(", "),
+            mutate_op = component("scripted_mutate").display(),
+            mutate = spec.mutate,
+            gate_op = spec.gate.0,
+            gate_cfg = spec.gate.1,
+            extra = spec.extra_operators,
+        );
+        std::fs::write(r.join("recipe.yaml"), recipe).unwrap();
+        let keys = r.join("keys");
+        Exp {
+            ws: r.join("ws"),
+            keys,
+            tmp,
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        self.tmp.path()
+    }
+
+    /// A `Command` for the real binary with this experiment's key directory and a shared
+    /// compile cache.
+    pub fn evolve(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_evolve"));
+        c.args(args)
+            .env("EVOLVE_KEY_DIR", &self.keys)
+            .env("EVOLVE_CACHE_DIR", cache_dir())
+            .current_dir(self.root())
+            .stdin(Stdio::null());
+        c
+    }
+
+    pub fn run_ok(&self, args: &[&str]) -> Output {
+        let out = self.evolve(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "evolve {args:?} failed ({:?}):\nstdout:\n{}\nstderr:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    pub fn init(&self) {
+        self.run_ok(&["init", "ws", "--recipe", "recipe.yaml"]);
+    }
+
+    pub fn spawn_run(&self) -> Child {
+        self.evolve(&["run", "ws"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    pub fn json(&self, args: &[&str]) -> Value {
+        let out = self.evolve(args).output().unwrap();
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "evolve {args:?}: not JSON ({e}):\n{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    }
+
+    /// The archive's events.
+    pub fn events(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.ws.join(".evolve/archive.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// Events as a comparable run history: timestamps, chain fields, durations, attempt
+    /// numbers and repair notes (which only a resumed run has) left out, and commit and
+    /// tree ids (two workspaces differ in their keys/ and so in every tree id; within one
+    /// workspace the ids follow from the parents and the edits, which are compared).
+    pub fn history(&self) -> Vec<Value> {
+        self.events()
+            .into_iter()
+            .filter(|e| e["type"] != "repair")
+            .map(|e| {
+                let mut body = e["body"].as_object().cloned().unwrap_or_default();
+                for k in [
+                    "timings",
+                    "attempt",
+                    "source_attempts",
+                    "experiment",
+                    "commit",
+                    "tree",
+                    "candidate_commit",
+                    "candidate_tree",
+                    "operator_from",
+                ] {
+                    body.remove(k);
+                }
+                json!({"type": e["type"], "genid": e["genid"], "body": body})
+            })
+            .collect()
+    }
+
+    pub fn log(&self) -> Vec<Value> {
+        self.json(&["log", "ws", "--json"])
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+/// One compile cache for every process of the test run.
+pub fn cache_dir() -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("evolve-test-cache");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Wait until `cond` holds (or panic after `secs`).
+pub fn wait_for(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < Duration::from_secs(secs),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Kill -9 a run and reap it.
+pub fn kill9(mut child: Child) {
+    child.kill().unwrap();
+    let _ = child.wait();
+}
+
+pub fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
