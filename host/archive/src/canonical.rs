@@ -36,23 +36,33 @@ pub fn hex(bytes: &[u8]) -> String {
 
 /// Decode lower- or upper-case hex of exactly `N` bytes.
 pub fn unhex<const N: usize>(s: &str) -> Option<[u8; N]> {
+    // 0..=15 for a hex digit, 0xff otherwise.
+    const NIB: [u8; 256] = {
+        let mut t = [0xffu8; 256];
+        let mut c = 0;
+        while c < 256 {
+            t[c] = match c as u8 {
+                b'0'..=b'9' => c as u8 - b'0',
+                b'a'..=b'f' => c as u8 - b'a' + 10,
+                b'A'..=b'F' => c as u8 - b'A' + 10,
+                _ => 0xff,
+            };
+            c += 1;
+        }
+        t
+    };
     let b = s.as_bytes();
     if b.len() != N * 2 {
         return None;
     }
-    let nib = |c: u8| -> Option<u8> {
-        match c {
-            b'0'..=b'9' => Some(c - b'0'),
-            b'a'..=b'f' => Some(c - b'a' + 10),
-            b'A'..=b'F' => Some(c - b'A' + 10),
-            _ => None,
-        }
-    };
     let mut out = [0u8; N];
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = (nib(b[2 * i])? << 4) | nib(b[2 * i + 1])?;
+    let mut bad = 0u8;
+    for (o, pair) in out.iter_mut().zip(b.chunks_exact(2)) {
+        let (hi, lo) = (NIB[pair[0] as usize], NIB[pair[1] as usize]);
+        bad |= hi | lo;
+        *o = (hi << 4) | (lo & 0x0f);
     }
-    Some(out)
+    (bad & 0xf0 == 0).then_some(out)
 }
 
 /// True if `s` is exactly 64 lower-case hex digits (a SHA-256 as this crate writes it).

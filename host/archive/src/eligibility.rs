@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::event::{GENESIS_GENID, types};
-use crate::fold::Row;
+use crate::fold::{Evaluation, Row};
 use crate::verify::LoggedEvent;
 
 /// The cross-generation comparability key of generation zero.
@@ -51,6 +51,16 @@ impl FixedIdentity {
         })
     }
 
+    /// From a certified evaluation's stamp (the three fields as non-empty strings).
+    pub fn from_evaluation(ev: &Evaluation) -> Option<FixedIdentity> {
+        let s = |v: Option<&str>| v.filter(|s| !s.is_empty()).map(str::to_string);
+        Some(FixedIdentity {
+            evaluator_fingerprint: s(ev.evaluator_fingerprint())?,
+            task_set_hash: s(ev.task_set_hash())?,
+            runtime_fingerprint: s(ev.runtime_fingerprint())?,
+        })
+    }
+
     pub fn to_value(&self) -> Value {
         json!({
             "evaluator_fingerprint": self.evaluator_fingerprint,
@@ -68,14 +78,17 @@ pub fn fixed_identity(events: &[LoggedEvent], rows: &[Row]) -> Option<FixedIdent
         .filter(|e| e.certified && e.event.seq == 0 && e.event.event_type == types::GENESIS)
         .and_then(|e| e.event.body.get("fixed_identity"))
         .and_then(FixedIdentity::from_value);
-    from_genesis.or_else(|| {
-        let row0 = rows.iter().find(|r| r.genid == GENESIS_GENID)?;
-        let ev = row0
-            .evaluation
-            .as_ref()
-            .filter(|e| e.purpose() == Some("genesis"))?;
-        FixedIdentity::from_stamp(&ev.stamp)
-    })
+    from_genesis.or_else(|| identity_of_row0(rows))
+}
+
+/// The identity stamped by row `0`'s certified genesis evaluation.
+pub(crate) fn identity_of_row0(rows: &[Row]) -> Option<FixedIdentity> {
+    let row0 = rows.iter().find(|r| r.genid == GENESIS_GENID)?;
+    let ev = row0
+        .evaluation
+        .as_ref()
+        .filter(|e| e.purpose() == Some("genesis"))?;
+    FixedIdentity::from_evaluation(ev)
 }
 
 /// Why a row is not an eligible parent.
@@ -218,7 +231,7 @@ pub fn ineligibility(
         None => r.push(Ineligible::NoFixedIdentity),
         Some(id) => {
             for field in FixedIdentity::FIELDS {
-                let found = ev.stamp.get(field).and_then(Value::as_str);
+                let found = ev.identity_field(field);
                 if found != Some(id.get(field)) {
                     r.push(Ineligible::IdentityMismatch {
                         field: field.to_string(),

@@ -4,6 +4,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::canonical::{canonical_bytes, canonical_sha256};
+use crate::lite::{Lite, nonneg_finite};
 
 /// The fields of a certified evaluation event's body that only the host writes and that no
 /// annotation can ever replace. This is the one definition; everything else refers to it.
@@ -323,6 +324,156 @@ pub struct VectorSummary {
 
 const TRIAL_STATUSES: [&str; 5] = OUTCOMES;
 
+/// One trial object's fields as `Value` accessors see them (`None`: key absent).
+pub(crate) struct TrialFields<'b> {
+    pub(crate) trial: Option<Lite<'b>>,
+    pub(crate) status: Option<Lite<'b>>,
+    pub(crate) reward: Option<Lite<'b>>,
+    pub(crate) timeout_owner: Option<Lite<'b>>,
+}
+
+/// Why a trial is not usable.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum TrialErr {
+    NotObject,
+    Index,
+    Status(String),
+    Reward,
+    NoReward,
+}
+
+/// Why a task is not usable.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum TaskErr {
+    TrialsNotArray,
+    Trial(usize, TrialErr),
+}
+
+/// One task's trials, accumulated in list order up to the first unusable trial. Its complete
+/// trials' rewards are `rewards` of a buffer shared by the tasks of one vector.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct TaskAcc {
+    trials: u64,
+    complete: u64,
+    agent_timeouts: u64,
+    rewards: std::ops::Range<usize>,
+    pub(crate) err: Option<TaskErr>,
+}
+
+impl TaskAcc {
+    pub(crate) fn starting_at(start: usize) -> TaskAcc {
+        TaskAcc {
+            trials: 0,
+            complete: 0,
+            agent_timeouts: 0,
+            rewards: start..start,
+            err: None,
+        }
+    }
+
+    pub(crate) fn failed(err: TaskErr) -> TaskAcc {
+        TaskAcc {
+            err: Some(err),
+            ..TaskAcc::starting_at(0)
+        }
+    }
+
+    /// Add trial `i` of the task (`None`: it is not an object).
+    pub(crate) fn add(&mut self, i: usize, t: Option<TrialFields<'_>>, rewards: &mut Vec<f64>) {
+        match trial_effect(t) {
+            Err(e) => self.err = Some(TaskErr::Trial(i, e)),
+            Ok(effect) => {
+                self.trials += 1;
+                match effect {
+                    TrialEffect::Complete(r) => {
+                        self.complete += 1;
+                        rewards.push(r);
+                        self.rewards.end = rewards.len();
+                    }
+                    TrialEffect::AgentTimeout => self.agent_timeouts += 1,
+                    TrialEffect::Other => {}
+                }
+            }
+        }
+    }
+}
+
+enum TrialEffect {
+    Complete(f64),
+    AgentTimeout,
+    Other,
+}
+
+/// What one trial contributes: the one definition, shared by both readers.
+fn trial_effect(t: Option<TrialFields<'_>>) -> Result<TrialEffect, TrialErr> {
+    let t = t.ok_or(TrialErr::NotObject)?;
+    t.trial.and_then(|x| x.as_u64()).ok_or(TrialErr::Index)?;
+    let status = t.status.and_then(|s| s.as_str()).unwrap_or("");
+    if !TRIAL_STATUSES.contains(&status) {
+        return Err(TrialErr::Status(status.to_string()));
+    }
+    let reward = match t.reward {
+        None | Some(Lite::Null) => None,
+        Some(r) => Some(
+            r.as_f64()
+                .filter(|x| x.is_finite())
+                .ok_or(TrialErr::Reward)?,
+        ),
+    };
+    Ok(match (status, reward) {
+        ("benchmark_complete", Some(r)) => TrialEffect::Complete(r),
+        ("benchmark_complete", None) => return Err(TrialErr::NoReward),
+        ("timeout", _) if t.timeout_owner.and_then(|o| o.as_str()) == Some("agent") => {
+            TrialEffect::AgentTimeout
+        }
+        _ => TrialEffect::Other,
+    })
+}
+
+/// Sum tasks given in key order: the first unusable task's error, else the summary (rewards
+/// added task by task, trial by trial).
+pub(crate) fn aggregate_tasks<'t>(
+    tasks: impl Iterator<Item = (&'t str, &'t TaskAcc)>,
+    rewards: &[f64],
+) -> Result<VectorSummary, String> {
+    let mut s = VectorSummary {
+        trials: 0,
+        complete: 0,
+        agent_timeouts: 0,
+        reward_sum: 0.0,
+    };
+    for (name, t) in tasks {
+        if let Some(e) = &t.err {
+            let at = |i: &usize| format!("task_vector.tasks[{name:?}].trials[{i}]");
+            return Err(match e {
+                TaskErr::TrialsNotArray => {
+                    format!("task_vector.tasks[{name:?}].trials must be an array")
+                }
+                TaskErr::Trial(i, TrialErr::NotObject) => format!("{} must be an object", at(i)),
+                TaskErr::Trial(i, TrialErr::Index) => {
+                    format!("{}.trial must be a non-negative integer", at(i))
+                }
+                TaskErr::Trial(i, TrialErr::Status(st)) => {
+                    format!("{}.status {st:?} is not a trial status", at(i))
+                }
+                TaskErr::Trial(i, TrialErr::Reward) => {
+                    format!("{}.reward must be a finite number or null", at(i))
+                }
+                TaskErr::Trial(i, TrialErr::NoReward) => {
+                    format!("{}: a benchmark_complete trial needs a reward", at(i))
+                }
+            });
+        }
+        s.trials += t.trials;
+        s.complete += t.complete;
+        s.agent_timeouts += t.agent_timeouts;
+        for r in &rewards[t.rewards.clone()] {
+            s.reward_sum += r;
+        }
+    }
+    Ok(s)
+}
+
 /// Parse a `task_vector` stamped value.
 pub fn summarize_task_vector(v: &Value) -> Result<VectorSummary, String> {
     let o = v.as_object().ok_or("task_vector must be an object")?;
@@ -333,70 +484,80 @@ pub fn summarize_task_vector(v: &Value) -> Result<VectorSummary, String> {
         .get("tasks")
         .and_then(Value::as_object)
         .ok_or("task_vector.tasks must be an object")?;
-    let mut s = VectorSummary {
-        trials: 0,
-        complete: 0,
-        agent_timeouts: 0,
-        reward_sum: 0.0,
-    };
     let mut names: Vec<&String> = tasks.keys().collect();
     names.sort();
+    let mut rewards = Vec::new();
+    let mut accs = Vec::with_capacity(names.len());
     for name in names {
-        let trials = tasks[name]
-            .get("trials")
-            .and_then(Value::as_array)
-            .ok_or_else(|| format!("task_vector.tasks[{name:?}].trials must be an array"))?;
-        for (i, t) in trials.iter().enumerate() {
-            let at = || format!("task_vector.tasks[{name:?}].trials[{i}]");
-            let t = t
-                .as_object()
-                .ok_or_else(|| format!("{} must be an object", at()))?;
-            t.get("trial")
-                .and_then(Value::as_u64)
-                .ok_or_else(|| format!("{}.trial must be a non-negative integer", at()))?;
-            let status = t.get("status").and_then(Value::as_str).unwrap_or("");
-            if !TRIAL_STATUSES.contains(&status) {
-                return Err(format!("{}.status {status:?} is not a trial status", at()));
-            }
-            let reward =
-                match t.get("reward") {
-                    None | Some(Value::Null) => None,
-                    Some(r) => Some(r.as_f64().filter(|x| x.is_finite()).ok_or_else(|| {
-                        format!("{}.reward must be a finite number or null", at())
-                    })?),
-                };
-            s.trials += 1;
-            match (status, reward) {
-                ("benchmark_complete", Some(r)) => {
-                    s.complete += 1;
-                    s.reward_sum += r;
+        let mut acc = TaskAcc::starting_at(rewards.len());
+        match tasks[name].get("trials").and_then(Value::as_array) {
+            None => acc.err = Some(TaskErr::TrialsNotArray),
+            Some(trials) => {
+                for (i, t) in trials.iter().enumerate() {
+                    let fields = t.as_object().map(|t| TrialFields {
+                        trial: t.get("trial").map(Lite::of),
+                        status: t.get("status").map(Lite::of),
+                        reward: t.get("reward").map(Lite::of),
+                        timeout_owner: t.get("timeout_owner").map(Lite::of),
+                    });
+                    acc.add(i, fields, &mut rewards);
+                    if acc.err.is_some() {
+                        break;
+                    }
                 }
-                ("benchmark_complete", None) => {
-                    return Err(format!(
-                        "{}: a benchmark_complete trial needs a reward",
-                        at()
-                    ));
-                }
-                ("timeout", _)
-                    if t.get("timeout_owner").and_then(Value::as_str) == Some("agent") =>
-                {
-                    s.agent_timeouts += 1
-                }
-                _ => {}
             }
         }
+        accs.push((name.as_str(), acc));
     }
-    Ok(s)
+    aggregate_tasks(accs.iter().map(|(n, a)| (*n, a)), &rewards)
 }
 
-fn nonneg_finite(v: Option<&Value>) -> Option<f64> {
-    v.filter(|x| x.is_number())
-        .and_then(Value::as_f64)
-        .filter(|x| x.is_finite() && *x >= 0.0)
+/// Read access to an evaluation body's stamped fields, with `serde_json::Value` accessor
+/// semantics. Implemented by the body map itself and by the allocation-light reader
+/// ([`crate::lite::FastBody`]), so that [`check_stamp`]'s rules exist once.
+pub(crate) trait StampView {
+    /// The key is present.
+    fn has(&self, k: &str) -> bool;
+    /// The value at a key (containers by their shape only).
+    fn lite(&self, k: &str) -> Option<Lite<'_>>;
+    /// [`summarize_task_vector`] of `task_vector`, `None` if absent.
+    fn task_vector(&self) -> Option<Result<VectorSummary, String>>;
+    /// `timings` is an object of finite numbers ≥ 0.
+    fn timings_ok(&self) -> bool;
+    /// `source_attempts` is an array of integers each ≥ 1 and < `attempt`.
+    fn source_attempts_ok(&self, attempt: u64) -> bool;
 }
 
-fn is_object_id(v: Option<&Value>) -> bool {
-    v.and_then(Value::as_str).is_some_and(|s| {
+impl StampView for Map<String, Value> {
+    fn has(&self, k: &str) -> bool {
+        self.contains_key(k)
+    }
+    fn lite(&self, k: &str) -> Option<Lite<'_>> {
+        self.get(k).map(Lite::of)
+    }
+    fn task_vector(&self) -> Option<Result<VectorSummary, String>> {
+        self.get("task_vector").map(summarize_task_vector)
+    }
+    fn timings_ok(&self) -> bool {
+        self.get("timings")
+            .and_then(Value::as_object)
+            .is_some_and(|t| {
+                t.values()
+                    .all(|v| nonneg_finite(Some(Lite::of(v))).is_some())
+            })
+    }
+    fn source_attempts_ok(&self, a: u64) -> bool {
+        self.get("source_attempts")
+            .and_then(Value::as_array)
+            .is_some_and(|src| {
+                src.iter()
+                    .all(|x| x.as_u64().is_some_and(|x| x >= 1 && x < a))
+            })
+    }
+}
+
+fn is_object_id(v: Option<&str>) -> bool {
+    v.is_some_and(|s| {
         (s.len() == 40 || s.len() == 64)
             && s.bytes()
                 .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
@@ -411,31 +572,39 @@ pub fn scores_agree(a: f64, b: f64) -> bool {
 /// Every problem with the stamped fields of an evaluation event body (empty when valid):
 /// presence, types, allowed values, and the score recomputed from the task vector.
 pub fn check_stamp(genid: Option<&str>, body: &Map<String, Value>) -> Vec<String> {
+    check_stamp_view(genid, body)
+}
+
+/// [`check_stamp`] over any [`StampView`].
+pub(crate) fn check_stamp_view<V: StampView + ?Sized>(
+    genid: Option<&str>,
+    body: &V,
+) -> Vec<String> {
     let mut p = Vec::new();
     let Some(genid) = genid else {
         p.push("an evaluation event needs a genid".into());
         return p;
     };
     for f in STAMPED_FIELDS {
-        if !body.contains_key(f) {
+        if !body.has(f) {
             p.push(format!("stamped field `{f}` is missing"));
         }
     }
     if !p.is_empty() {
         return p;
     }
-    let s = |k: &str| body.get(k).and_then(Value::as_str);
-    let u = |k: &str| body.get(k).and_then(Value::as_u64);
+    let s = |k: &str| body.lite(k).and_then(|v| v.as_str());
+    let u = |k: &str| body.lite(k).and_then(|v| v.as_u64());
     for k in ["candidate_commit", "candidate_tree"] {
-        if !is_object_id(body.get(k)) {
+        if !is_object_id(s(k)) {
             p.push(format!(
                 "`{k}` must be a git object id (40 or 64 lower-case hex)"
             ));
         }
     }
-    match body.get("parent") {
-        Some(Value::Null) => {}
-        Some(Value::String(g)) if check_genid(g).is_ok() => {}
+    match body.lite("parent") {
+        Some(Lite::Null) => {}
+        Some(Lite::Str(g)) if check_genid(g).is_ok() => {}
         _ => p.push("`parent` must be a genid or null".into()),
     }
     match u("generation") {
@@ -475,12 +644,12 @@ pub fn check_stamp(genid: Option<&str>, body: &Map<String, Value>) -> Vec<String
             p.push(format!("`{k}` must be a non-negative integer"));
         }
     }
-    let vector = body.get("task_vector").map(summarize_task_vector);
+    let vector = body.task_vector();
     if let Some(Err(e)) = &vector {
         p.push(e.clone());
     }
     let complete = outcome == Some("benchmark_complete");
-    let score = body.get("score");
+    let score = body.lite("score");
     if let (Some(trials), Some(expected), Some(scoreable), Some(Ok(vs))) =
         (trials, expected, scoreable, &vector)
     {
@@ -508,7 +677,11 @@ pub fn check_stamp(genid: Option<&str>, body: &Map<String, Value>) -> Vec<String
                 ));
             } else {
                 let recomputed = vs.reward_sum / expected as f64;
-                match score.filter(|x| x.is_number()).and_then(Value::as_f64) {
+                match score
+                    .as_ref()
+                    .filter(|x| x.is_number())
+                    .and_then(|x| x.as_f64())
+                {
                     Some(x) if x.is_finite() && scores_agree(x, recomputed) => {}
                     Some(x) if x.is_finite() => p.push(format!(
                         "`score` is {x} but Σ scoreable rewards / expected_trials = {recomputed}"
@@ -521,25 +694,22 @@ pub fn check_stamp(genid: Option<&str>, body: &Map<String, Value>) -> Vec<String
             }
         }
     }
-    if !complete && outcome.is_some() && !matches!(score, Some(Value::Null)) {
+    if !complete && outcome.is_some() && !matches!(score, Some(Lite::Null)) {
         p.push("`score` must be null unless the outcome is benchmark_complete".into());
     }
-    if nonneg_finite(body.get("cost_usd")).is_none() {
+    if nonneg_finite(body.lite("cost_usd")).is_none() {
         p.push("`cost_usd` must be a finite number ≥ 0".into());
     }
-    match body.get("timings").and_then(Value::as_object) {
-        Some(t) if t.values().all(|v| nonneg_finite(Some(v)).is_some()) => {}
-        _ => p.push("`timings` must be an object of finite numbers ≥ 0 (seconds)".into()),
+    if !body.timings_ok() {
+        p.push("`timings` must be an object of finite numbers ≥ 0 (seconds)".into());
     }
     match u("attempt").filter(|a| *a >= 1) {
         None => p.push("`attempt` must be an integer ≥ 1".into()),
-        Some(a) => match body.get("source_attempts").and_then(Value::as_array) {
-            Some(src)
-                if src
-                    .iter()
-                    .all(|x| x.as_u64().is_some_and(|x| x >= 1 && x < a)) => {}
-            _ => p.push("`source_attempts` must be a list of earlier attempt numbers".into()),
-        },
+        Some(a) => {
+            if !body.source_attempts_ok(a) {
+                p.push("`source_attempts` must be a list of earlier attempt numbers".into());
+            }
+        }
     }
     p
 }

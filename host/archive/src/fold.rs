@@ -1,11 +1,18 @@
 //! Folding events into one row per genid.
 
+use std::collections::HashMap;
+use std::fmt;
+use std::ops::Range;
+use std::sync::{Arc, OnceLock};
+
 use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::event::{
-    FRAMEWORK_FIELDS, STAMPED_FIELDS, TERMINAL_STATUSES, check_genid, check_stamp, types,
+    FRAMEWORK_FIELDS, STAMPED_FIELDS, StampView, TERMINAL_STATUSES, check_genid, check_stamp,
+    check_stamp_view, types,
 };
+use crate::lite::{FastBody, FastLine, Lite, nonneg_finite};
 use crate::verify::LoggedEvent;
 
 /// Annotation keys a record event may set (besides any `x_`-prefixed key).
@@ -25,6 +32,174 @@ pub fn annotation_allowed(key: &str) -> bool {
     listed && !STAMPED_FIELDS.contains(&key) && !FRAMEWORK_FIELDS.contains(&key)
 }
 
+/// The fields the fold, eligibility and the champion read from a stamp, extracted once.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Quick {
+    purpose: Option<Box<str>>,
+    outcome: Option<Box<str>>,
+    candidate_commit: Option<Box<str>>,
+    evaluator_fingerprint: Option<Box<str>>,
+    task_set_hash: Option<Box<str>>,
+    runtime_fingerprint: Option<Box<str>>,
+    /// `score` if it is a JSON number.
+    score: Option<f64>,
+    /// `cost_usd` as a number (unfiltered).
+    cost_usd: Option<f64>,
+}
+
+impl Quick {
+    fn of<V: StampView + ?Sized>(v: &V) -> Quick {
+        let s = |k: &str| v.lite(k).and_then(|x| x.as_str()).map(Box::from);
+        Quick {
+            purpose: s("purpose"),
+            outcome: s("outcome"),
+            candidate_commit: s("candidate_commit"),
+            evaluator_fingerprint: s("evaluator_fingerprint"),
+            task_set_hash: s("task_set_hash"),
+            runtime_fingerprint: s("runtime_fingerprint"),
+            score: v
+                .lite("score")
+                .filter(|x| x.is_number())
+                .and_then(|x| x.as_f64()),
+            cost_usd: v.lite("cost_usd").and_then(|x| x.as_f64()),
+        }
+    }
+}
+
+/// What the fold needs from an evaluation line besides the line itself: the stamp's extracted
+/// fields and its problems. Computed by the reader, on the worker threads.
+#[derive(Debug)]
+pub(crate) struct EvalPrep {
+    quick: Quick,
+    problems: Vec<String>,
+}
+
+impl EvalPrep {
+    pub(crate) fn of(l: &FastLine<'_>) -> EvalPrep {
+        let b: &FastBody<'_> = &l.body;
+        EvalPrep {
+            quick: Quick::of(b),
+            problems: check_stamp_view(l.genid.as_deref(), b),
+        }
+    }
+}
+
+/// Where a stamp's map comes from when first read.
+enum StampSource {
+    /// Already a map.
+    Map,
+    /// The body of an archive line (`buf[range]`, a line this crate has already checked):
+    /// parsed and filtered on first access.
+    Line(Arc<Vec<u8>>, Range<usize>),
+}
+
+struct StampInner {
+    quick: Quick,
+    source: StampSource,
+    map: OnceLock<Map<String, Value>>,
+}
+
+/// The stamped fields of a certified evaluation: exactly the [`STAMPED_FIELDS`] present in the
+/// event body, in body order.
+///
+/// Reads like a `Map<String, Value>` (it dereferences to one). Cloning is cheap (shared), and
+/// the writer's [`Archive`](crate::Archive) keeps a reference to the archive line and builds
+/// the map only when someone reads it; the fields the fold, eligibility and the champion need
+/// are extracted when the stamp is created ([`Evaluation::purpose`] and friends).
+#[derive(Clone)]
+pub struct Stamp(Arc<StampInner>);
+
+impl Stamp {
+    fn from_parts(quick: Quick, source: StampSource, map: OnceLock<Map<String, Value>>) -> Stamp {
+        Stamp(Arc::new(StampInner { quick, source, map }))
+    }
+
+    /// The stamped fields of an event body.
+    pub fn from_body(body: &Map<String, Value>) -> Stamp {
+        body.iter()
+            .filter(|(k, _)| STAMPED_FIELDS.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<Map<String, Value>>()
+            .into()
+    }
+
+    /// The map (built now if it was not yet).
+    pub fn map(&self) -> &Map<String, Value> {
+        self.0.map.get_or_init(|| match &self.0.source {
+            StampSource::Map => Map::new(),
+            StampSource::Line(buf, range) => {
+                // The line passed the writer's check, so it parses; an empty map is only a
+                // defensive answer, never a panic.
+                let body = serde_json::from_slice::<Value>(&buf[range.clone()])
+                    .ok()
+                    .and_then(|mut v| v.get_mut("body").map(Value::take));
+                match body {
+                    Some(Value::Object(body)) => body
+                        .into_iter()
+                        .filter(|(k, _)| STAMPED_FIELDS.contains(&k.as_str()))
+                        .collect(),
+                    _ => Map::new(),
+                }
+            }
+        })
+    }
+
+    /// Whether the map has been built.
+    pub fn is_materialized(&self) -> bool {
+        self.0.map.get().is_some()
+    }
+
+    fn quick(&self) -> &Quick {
+        &self.0.quick
+    }
+}
+
+impl From<Map<String, Value>> for Stamp {
+    fn from(map: Map<String, Value>) -> Stamp {
+        let quick = Quick::of(&map);
+        Stamp::from_parts(quick, StampSource::Map, OnceLock::from(map))
+    }
+}
+
+impl std::ops::Deref for Stamp {
+    type Target = Map<String, Value>;
+    fn deref(&self) -> &Map<String, Value> {
+        self.map()
+    }
+}
+
+impl<'a> IntoIterator for &'a Stamp {
+    type Item = (&'a String, &'a Value);
+    type IntoIter = serde_json::map::Iter<'a>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.map().iter()
+    }
+}
+
+impl PartialEq for Stamp {
+    fn eq(&self, other: &Stamp) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.map() == other.map()
+    }
+}
+
+impl PartialEq<Map<String, Value>> for Stamp {
+    fn eq(&self, other: &Map<String, Value>) -> bool {
+        self.map() == other
+    }
+}
+
+impl fmt::Debug for Stamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.map().fmt(f)
+    }
+}
+
+impl Serialize for Stamp {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.map().serialize(s)
+    }
+}
+
 /// One certified evaluation: its stamped fields only.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Evaluation {
@@ -32,7 +207,7 @@ pub struct Evaluation {
     /// 1-based archive line.
     pub line: u64,
     /// Exactly the [`STAMPED_FIELDS`] present in the event body.
-    pub stamp: Map<String, Value>,
+    pub stamp: Stamp,
     /// Free-text `reason` of the event body, if any.
     pub reason: Option<String>,
     /// Problems with the stamp (see [`check_stamp`]); empty when valid.
@@ -40,29 +215,42 @@ pub struct Evaluation {
 }
 
 impl Evaluation {
-    fn str(&self, k: &str) -> Option<&str> {
-        self.stamp.get(k).and_then(Value::as_str)
-    }
     pub fn purpose(&self) -> Option<&str> {
-        self.str("purpose")
+        self.stamp.quick().purpose.as_deref()
     }
     pub fn outcome(&self) -> Option<&str> {
-        self.str("outcome")
+        self.stamp.quick().outcome.as_deref()
     }
     pub fn candidate_commit(&self) -> Option<&str> {
-        self.str("candidate_commit")
+        self.stamp.quick().candidate_commit.as_deref()
+    }
+    pub fn evaluator_fingerprint(&self) -> Option<&str> {
+        self.stamp.quick().evaluator_fingerprint.as_deref()
+    }
+    pub fn task_set_hash(&self) -> Option<&str> {
+        self.stamp.quick().task_set_hash.as_deref()
+    }
+    pub fn runtime_fingerprint(&self) -> Option<&str> {
+        self.stamp.quick().runtime_fingerprint.as_deref()
+    }
+    /// A fixed-identity field (`evaluator_fingerprint`, `task_set_hash`,
+    /// `runtime_fingerprint`) as a string, if it is one.
+    pub fn identity_field(&self, field: &str) -> Option<&str> {
+        match field {
+            "evaluator_fingerprint" => self.evaluator_fingerprint(),
+            "task_set_hash" => self.task_set_hash(),
+            "runtime_fingerprint" => self.runtime_fingerprint(),
+            _ => self.stamp.get(field).and_then(Value::as_str),
+        }
     }
     /// The score, if it is a JSON number (may be non-finite only in theory: JSON has no NaN).
     pub fn score(&self) -> Option<f64> {
-        self.stamp
-            .get("score")
-            .filter(|v| v.is_number())
-            .and_then(Value::as_f64)
+        self.stamp.quick().score
     }
     pub fn cost_usd(&self) -> f64 {
         self.stamp
-            .get("cost_usd")
-            .and_then(Value::as_f64)
+            .quick()
+            .cost_usd
             .filter(|c| c.is_finite() && *c >= 0.0)
             .unwrap_or(0.0)
     }
@@ -72,7 +260,7 @@ impl Evaluation {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Row {
     pub genid: String,
-    /// Seq of the first certified event naming this genid.
+    /// Seq of the first event naming this genid.
     pub first_seq: u64,
     pub parent: Option<String>,
     /// `commit` of the generation event, if any.
@@ -96,6 +284,8 @@ pub struct Row {
     pub annotations: Map<String, Value>,
     /// Annotation keys refused by the allowlist.
     pub dropped_annotations: Vec<String>,
+    /// A certified generation event was appended.
+    pub generated: bool,
     /// A record event was appended.
     pub recorded: bool,
     /// Number of rows naming this one as parent.
@@ -124,6 +314,7 @@ impl Row {
             reason: None,
             annotations: Map::new(),
             dropped_annotations: Vec::new(),
+            generated: false,
             recorded: false,
             children: 0,
             cost_usd: 0.0,
@@ -137,77 +328,197 @@ impl Row {
     }
 }
 
-fn str_field(body: &Map<String, Value>, k: &str) -> Option<String> {
-    body.get(k).and_then(Value::as_str).map(str::to_string)
+/// What the fold reads from one event (the same whichever reader produced it).
+pub(crate) struct Facts<'a> {
+    pub(crate) seq: u64,
+    pub(crate) line: u64,
+    pub(crate) certified: bool,
+    pub(crate) event_type: &'a str,
+    pub(crate) genid: Option<&'a str>,
+    /// The body's `cost_usd` if it is a finite number ≥ 0.
+    pub(crate) cost_usd: Option<f64>,
+    pub(crate) parent: Option<&'a str>,
+    pub(crate) commit: Option<&'a str>,
+    pub(crate) verdict: Option<&'a str>,
+    pub(crate) reason: Option<&'a str>,
+    pub(crate) status: Option<&'a str>,
+    pub(crate) failure_stage: Option<&'a str>,
+    pub(crate) annotations: Option<&'a Map<String, Value>>,
+    /// For certified evaluation events: the stamp and its problems (computed lazily by the
+    /// caller, only when the fold needs them).
+    pub(crate) evaluation: Option<(Stamp, Vec<String>)>,
 }
 
-/// Fold events into rows, one per genid in first-appearance order. Only certified events
-/// change a row; an uncertified line naming a genid is listed in its `uncertified_lines`
-/// (which makes the row ineligible as a parent).
-pub fn fold(events: &[LoggedEvent]) -> Vec<Row> {
-    let mut rows: Vec<Row> = Vec::new();
-    let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-    for le in events {
+impl<'a> Facts<'a> {
+    /// The facts of a logged event (the straightforward reader).
+    pub(crate) fn of_event(le: &'a LoggedEvent) -> Facts<'a> {
         let ev = &le.event;
-        let Some(genid) = ev.genid.as_deref() else {
-            continue;
-        };
-        let i = *index.entry(genid.to_string()).or_insert_with(|| {
-            rows.push(Row::new(genid, ev.seq));
-            rows.len() - 1
-        });
-        let row = &mut rows[i];
-        if !le.certified {
-            row.uncertified_lines.push(le.line);
-            continue;
-        }
         let body = &ev.body;
-        if ev.event_type != types::EVALUATION
-            && let Some(c) = body
-                .get("cost_usd")
-                .filter(|v| v.is_number())
-                .and_then(Value::as_f64)
-                .filter(|c| c.is_finite() && *c >= 0.0)
-        {
-            row.cost_usd += c;
+        let s = |k: &str| body.get(k).and_then(Value::as_str);
+        let evaluation = (le.certified && ev.event_type == types::EVALUATION).then(|| {
+            (
+                Stamp::from_body(body),
+                check_stamp(ev.genid.as_deref(), body),
+            )
+        });
+        Facts {
+            seq: ev.seq,
+            line: le.line,
+            certified: le.certified,
+            event_type: &ev.event_type,
+            genid: ev.genid.as_deref(),
+            cost_usd: nonneg_finite(body.get("cost_usd").map(Lite::of)),
+            parent: s("parent"),
+            commit: s("commit"),
+            verdict: s("verdict"),
+            reason: s("reason"),
+            status: s("status"),
+            failure_stage: s("failure_stage"),
+            annotations: body.get("annotations").and_then(Value::as_object),
+            evaluation,
         }
-        match ev.event_type.as_str() {
-            types::GENERATION => {
-                if let Some(p) = str_field(body, "parent").filter(|p| check_genid(p).is_ok()) {
-                    row.parent = Some(p);
+    }
+
+    /// The facts of a line read by [`crate::lite`]; `stamp_source` is the line's buffer and
+    /// range (for a lazily built stamp).
+    pub(crate) fn of_fast(
+        l: &'a FastLine<'a>,
+        line: u64,
+        certified: bool,
+        stamp_source: impl FnOnce() -> (Arc<Vec<u8>>, Range<usize>),
+    ) -> Facts<'a> {
+        let b: &FastBody<'_> = &l.body;
+        let genid = l.genid.as_deref();
+        let evaluation = (certified && l.event_type == types::EVALUATION).then(|| {
+            let (buf, range) = stamp_source();
+            let prep = l.prep.take().unwrap_or_else(|| EvalPrep::of(l));
+            (
+                Stamp::from_parts(prep.quick, StampSource::Line(buf, range), OnceLock::new()),
+                prep.problems,
+            )
+        });
+        Facts {
+            seq: l.seq,
+            line,
+            certified,
+            event_type: &l.event_type,
+            genid,
+            cost_usd: nonneg_finite(b.get("cost_usd")),
+            parent: b.str("parent"),
+            commit: b.str("commit"),
+            verdict: b.str("verdict"),
+            reason: b.str("reason"),
+            status: b.str("status"),
+            failure_stage: b.str("failure_stage"),
+            annotations: b.annotations_object(),
+            evaluation,
+        }
+    }
+}
+
+/// The fold, one event at a time: the rows so far, kept current by [`Folder::apply`] (the
+/// writer's [`Archive`](crate::Archive) keeps one, so that its rows never need refolding).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Folder {
+    rows: Vec<Row>,
+    index: HashMap<String, usize>,
+    /// Rows naming a parent that has no row yet, by that parent's genid.
+    waiting_children: HashMap<String, u32>,
+}
+
+impl Folder {
+    pub(crate) fn rows(&self) -> &[Row] {
+        &self.rows
+    }
+
+    pub(crate) fn into_rows(self) -> Vec<Row> {
+        self.rows
+    }
+
+    fn set_parent(&mut self, i: usize, parent: &str) {
+        if self.rows[i].parent.as_deref() == Some(parent) {
+            return;
+        }
+        if let Some(old) = self.rows[i].parent.take() {
+            match self.index.get(&old) {
+                Some(&o) => self.rows[o].children -= 1,
+                None => {
+                    if let Some(n) = self.waiting_children.get_mut(&old) {
+                        *n -= 1;
+                        if *n == 0 {
+                            self.waiting_children.remove(&old);
+                        }
+                    }
                 }
-                if let Some(c) = str_field(body, "commit") {
-                    row.commit = Some(c);
+            }
+        }
+        match self.index.get(parent) {
+            Some(&p) => self.rows[p].children += 1,
+            None => *self.waiting_children.entry(parent.to_string()).or_default() += 1,
+        }
+        self.rows[i].parent = Some(parent.to_string());
+    }
+
+    /// Fold one event in (events must come in archive order).
+    pub(crate) fn apply(&mut self, f: Facts<'_>) {
+        let Some(genid) = f.genid else {
+            return;
+        };
+        let i = match self.index.get(genid) {
+            Some(&i) => i,
+            None => {
+                let mut row = Row::new(genid, f.seq);
+                row.children = self.waiting_children.remove(genid).unwrap_or(0);
+                self.rows.push(row);
+                self.index.insert(genid.to_string(), self.rows.len() - 1);
+                self.rows.len() - 1
+            }
+        };
+        if !f.certified {
+            self.rows[i].uncertified_lines.push(f.line);
+            return;
+        }
+        if f.event_type != types::EVALUATION
+            && let Some(c) = f.cost_usd
+        {
+            self.rows[i].cost_usd += c;
+        }
+        let own = |v: Option<&str>| v.map(str::to_string);
+        match f.event_type {
+            types::GENERATION => {
+                self.rows[i].generated = true;
+                if let Some(p) = f.parent.filter(|p| check_genid(p).is_ok()) {
+                    self.set_parent(i, p);
+                }
+                if let Some(c) = f.commit {
+                    self.rows[i].commit = Some(c.to_string());
                 }
             }
             types::EVALUATION => {
-                let stamp: Map<String, Value> = body
-                    .iter()
-                    .filter(|(k, _)| STAMPED_FIELDS.contains(&k.as_str()))
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect();
+                let Some((stamp, problems)) = f.evaluation else {
+                    return;
+                };
                 let evaluation = Evaluation {
-                    seq: ev.seq,
-                    line: le.line,
-                    problems: check_stamp(Some(genid), body),
-                    reason: str_field(body, "reason"),
+                    seq: f.seq,
+                    line: f.line,
+                    problems,
+                    reason: own(f.reason),
                     stamp,
                 };
-                row.cost_usd += evaluation.cost_usd();
+                self.rows[i].cost_usd += evaluation.cost_usd();
                 let purpose = evaluation.purpose().unwrap_or("");
-                let primary = row
-                    .evaluation
-                    .as_ref()
-                    .and_then(|e| e.purpose().map(str::to_string));
+                let row = &self.rows[i];
+                let primary = row.evaluation.as_ref().and_then(|e| e.purpose());
                 if purpose == "anchor" {
-                    row.anchors.push(evaluation);
+                    self.rows[i].anchors.push(evaluation);
                 } else if matches!(purpose, "candidate" | "genesis")
-                    && primary.as_deref().is_none_or(|p| p == purpose)
+                    && primary.is_none_or(|p| p == purpose)
                 {
-                    if let Some(p) = str_field(body, "parent").filter(|p| check_genid(p).is_ok()) {
-                        row.parent = Some(p);
+                    if let Some(p) = f.parent.filter(|p| check_genid(p).is_ok()) {
+                        self.set_parent(i, p);
                     }
-                    row.status = evaluation.outcome().map(str::to_string);
+                    let row = &mut self.rows[i];
+                    row.status = own(evaluation.outcome());
                     row.reason = evaluation.reason.clone();
                     row.failure_stage = None;
                     row.verdict = None;
@@ -215,30 +526,35 @@ pub fn fold(events: &[LoggedEvent]) -> Vec<Row> {
                     row.pending_gate = true;
                     row.evaluation = Some(evaluation);
                 } else {
-                    row.other_evaluations.push(evaluation);
+                    self.rows[i].other_evaluations.push(evaluation);
                 }
             }
             types::GATE => {
-                if let Some(v) =
-                    str_field(body, "verdict").filter(|v| v == "keep" || v == "discard")
-                {
-                    row.verdict = Some(v);
-                    row.gate_reason = str_field(body, "reason");
+                if let Some(v) = f.verdict.filter(|v| *v == "keep" || *v == "discard") {
+                    let row = &mut self.rows[i];
+                    row.verdict = Some(v.to_string());
+                    row.gate_reason = own(f.reason);
                     row.pending_gate = false;
                 }
             }
             types::STATUS => {
-                if let Some(s) =
-                    str_field(body, "status").filter(|s| TERMINAL_STATUSES.contains(&s.as_str()))
-                {
-                    row.status = Some(s);
-                    row.failure_stage = str_field(body, "failure_stage");
-                    row.reason = str_field(body, "reason");
+                if let Some(s) = f.status.filter(|s| TERMINAL_STATUSES.contains(s)) {
+                    let row = &mut self.rows[i];
+                    row.status = Some(s.to_string());
+                    row.failure_stage = own(f.failure_stage);
+                    row.reason = own(f.reason);
+                    // An attempt that stopped before it was committed names its parent here.
+                    if row.parent.is_none()
+                        && let Some(p) = f.parent.filter(|p| check_genid(p).is_ok())
+                    {
+                        self.set_parent(i, p);
+                    }
                 }
             }
             types::RECORD => {
+                let row = &mut self.rows[i];
                 row.recorded = true;
-                if let Some(ann) = body.get("annotations").and_then(Value::as_object) {
+                if let Some(ann) = f.annotations {
                     for (k, v) in ann {
                         if annotation_allowed(k) {
                             row.annotations.insert(k.clone(), v.clone());
@@ -251,14 +567,17 @@ pub fn fold(events: &[LoggedEvent]) -> Vec<Row> {
             _ => {}
         }
     }
-    let parents: Vec<Option<usize>> = rows
-        .iter()
-        .map(|r| r.parent.as_ref().and_then(|p| index.get(p).copied()))
-        .collect();
-    for p in parents.into_iter().flatten() {
-        rows[p].children += 1;
+}
+
+/// Fold events into rows, one per genid in first-appearance order. Only certified events
+/// change a row; an uncertified line naming a genid is listed in its `uncertified_lines`
+/// (which makes the row ineligible as a parent).
+pub fn fold(events: &[LoggedEvent]) -> Vec<Row> {
+    let mut folder = Folder::default();
+    for le in events {
+        folder.apply(Facts::of_event(le));
     }
-    rows
+    folder.into_rows()
 }
 
 /// Σ `cost_usd` over all certified events (rows and events without a genid): the spend ledger.
@@ -275,4 +594,39 @@ pub fn total_cost_usd(events: &[LoggedEvent]) -> f64 {
         })
         .filter(|c| c.is_finite() && *c >= 0.0)
         .sum()
+}
+
+/// What a resumed run still has to do, from the rows.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Pending {
+    /// Rows whose primary evaluation has not been gated yet (run the gate).
+    pub pending_gate: Vec<String>,
+    /// Rows with a certified generation event but no evaluation of any purpose and no terminal
+    /// status (evaluate them, or record why not).
+    pub unevaluated: Vec<String>,
+    /// The genid of the last row (the most recently started generation), if any.
+    pub last_genid: Option<String>,
+}
+
+/// The generations a resumed run has to finish (see [`Pending`]).
+pub fn pending(rows: &[Row]) -> Pending {
+    Pending {
+        pending_gate: rows
+            .iter()
+            .filter(|r| r.pending_gate)
+            .map(|r| r.genid.clone())
+            .collect(),
+        unevaluated: rows
+            .iter()
+            .filter(|r| {
+                r.generated
+                    && r.evaluation.is_none()
+                    && r.anchors.is_empty()
+                    && r.other_evaluations.is_empty()
+                    && r.status.is_none()
+            })
+            .map(|r| r.genid.clone())
+            .collect(),
+        last_genid: rows.last().map(|r| r.genid.clone()),
+    }
 }

@@ -5,7 +5,9 @@
 //! - [`Archive`]: the single writer of `archive.jsonl` (append-only, hash-chained, fsynced)
 //!   and `receipts.jsonl` (one Ed25519 receipt per event), with torn-tail repair.
 //! - [`keys`]: the per-experiment signing key (outside the workspace) and its public half.
-//! - [`fold()`]: one [`Row`] per genid; [`eligibility()`] and [`champion()`].
+//! - [`fold()`]: one [`Row`] per genid; [`eligibility()`] and [`champion()`]; [`pending()`]
+//!   (what a resumed run has to finish). The writer keeps its rows folded as it appends
+//!   ([`Archive::rows_cached`]).
 //! - [`verify()`]: the integrity audit behind `evolve verify`.
 //! - [`RunLock`]: one run per workspace.
 //!
@@ -13,11 +15,16 @@
 
 pub mod canonical;
 pub mod eligibility;
+#[cfg(test)]
+mod equivalence_tests;
 pub mod event;
 pub mod fold;
 pub mod keys;
+mod lite;
 pub mod lock;
 pub mod log;
+#[cfg(test)]
+mod reference;
 pub mod verify;
 
 pub use canonical::{canonical_bytes, canonical_sha256, sha256_hex};
@@ -29,7 +36,10 @@ pub use event::{
     Event, FRAMEWORK_FIELDS, GENESIS_GENID, OUTCOMES, PURPOSES, STAMPED_FIELDS, TERMINAL_STATUSES,
     check_stamp, genesis_anchor, types,
 };
-pub use fold::{ANNOTATION_ALLOWLIST, Evaluation, Row, annotation_allowed, fold, total_cost_usd};
+pub use fold::{
+    ANNOTATION_ALLOWLIST, Evaluation, Pending, Row, Stamp, annotation_allowed, fold, pending,
+    total_cost_usd,
+};
 pub use keys::{ExperimentKey, KeyError, PublicKey};
 pub use lock::{LockError, RunLock};
 pub use log::{
@@ -37,4 +47,12 @@ pub use log::{
 };
 pub use verify::{
     Finding, FindingKind, LoggedEvent, Receipt, Report, Source, TornTail, untracked_tags, verify,
+};
+
+// The writer and its rows may move between threads (e.g. into a blocking task).
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Archive>();
+    send_sync::<Row>();
+    send_sync::<Stamp>();
 };

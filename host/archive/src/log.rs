@@ -1,21 +1,29 @@
 //! The append-only, hash-chained, signed event log (`archive.jsonl` + `receipts.jsonl`).
 
+use std::borrow::Cow;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
+use std::ops::Range;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 use serde::Serialize;
 use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
 
-use crate::canonical::sha256_hex;
+use crate::canonical::hex;
+use crate::eligibility::{FixedIdentity, identity_of_row0};
 use crate::event::{
     Event, TERMINAL_STATUSES, check_event_type, check_genid, check_stamp, check_timestamp, types,
 };
-use crate::fold::{Row, fold};
+use crate::fold::{Facts, Folder, Pending, Row, pending};
 use crate::keys::{ExperimentKey, PublicKey};
-use crate::verify::{Finding, FindingKind, LoggedEvent, Mode, Receipt, TornTail, check_log};
+use crate::verify::{
+    Checked, FastReader, Finding, FindingKind, LineReader, LoggedEvent, Mode, ReadLine, Receipt,
+    TornTail, check_log, par_map,
+};
 
 /// The archive's file name in the workspace.
 pub const ARCHIVE_FILE: &str = "archive.jsonl";
@@ -108,6 +116,130 @@ pub struct AppendedEvent {
     pub receipt: Receipt,
 }
 
+/// One archive event as the writer keeps it: its line's bytes (shared with the other lines
+/// read at open, and with the lazily built stamps) and what the spend ledger needs.
+#[derive(Debug)]
+struct LineRec {
+    buf: Arc<Vec<u8>>,
+    range: Range<usize>,
+    sha256: [u8; 32],
+    certified: bool,
+    event_type: Cow<'static, str>,
+    /// The body's `cost_usd` if it is a finite number ≥ 0.
+    cost_usd: Option<f64>,
+}
+
+/// An event type, without an allocation for the well-known ones.
+fn type_name(t: &str) -> Cow<'static, str> {
+    const KNOWN: [&str; 7] = [
+        types::GENESIS,
+        types::GENERATION,
+        types::EVALUATION,
+        types::GATE,
+        types::RECORD,
+        types::STATUS,
+        types::REPAIR,
+    ];
+    match KNOWN.iter().find(|k| **k == t) {
+        Some(k) => Cow::Borrowed(k),
+        None => Cow::Owned(t.to_string()),
+    }
+}
+
+impl LineRec {
+    fn bytes(&self) -> &[u8] {
+        &self.buf[self.range.clone()]
+    }
+
+    /// The event, read the straightforward way (the line passed the writer's check, so this
+    /// cannot fail; the placeholder is only a defensive answer, never a panic).
+    fn event(&self, seq: u64) -> Event {
+        serde_json::from_slice::<Value>(self.bytes())
+            .ok()
+            .and_then(|v| Event::from_json(v).ok())
+            .unwrap_or_else(|| Event {
+                seq,
+                prev: String::new(),
+                event_type: String::new(),
+                genid: None,
+                at: String::new(),
+                body: Map::new(),
+            })
+    }
+}
+
+/// The genesis event's `fixed_identity`, from line 1 if it is a certified genesis event.
+pub(crate) fn genesis_identity_of(item: &ReadLine<'_>) -> Option<FixedIdentity> {
+    match item {
+        ReadLine::Fast(l) if l.seq == 0 && l.event_type == types::GENESIS => l
+            .body
+            .fixed_identity
+            .as_ref()
+            .and_then(FixedIdentity::from_value),
+        ReadLine::Slow(e) if e.seq == 0 && e.event_type == types::GENESIS => e
+            .body
+            .get("fixed_identity")
+            .and_then(FixedIdentity::from_value),
+        _ => None,
+    }
+}
+
+/// The writer's state from the checked lines of an archive.
+#[derive(Debug)]
+pub(crate) struct Replayed {
+    lines: Vec<LineRec>,
+    pub(crate) folder: Folder,
+    pub(crate) genesis_identity: Option<FixedIdentity>,
+}
+
+/// Fold checked lines (read by [`FastReader`] from `buf`) into rows. With `certify_last`, the
+/// final line counts as certified (the writer signs it before anyone sees the rows).
+pub(crate) fn replay_checked(
+    checked: Vec<Checked<ReadLine<'_>>>,
+    buf: &Arc<Vec<u8>>,
+    certify_last: bool,
+) -> Replayed {
+    let mut folder = Folder::default();
+    let mut lines = Vec::with_capacity(checked.len());
+    let mut genesis_identity = None;
+    let last = checked.len().saturating_sub(1);
+    for (i, c) in checked.into_iter().enumerate() {
+        let certified = c.certified || (certify_last && i == last);
+        if i == 0 && certified {
+            genesis_identity = genesis_identity_of(&c.item);
+        }
+        let slow;
+        let facts = match c.item {
+            ReadLine::Fast(ref l) => {
+                Facts::of_fast(l, c.line, certified, || (buf.clone(), c.range.clone()))
+            }
+            ReadLine::Slow(event) => {
+                slow = LoggedEvent {
+                    line: c.line,
+                    event,
+                    sha256: String::new(),
+                    certified,
+                };
+                Facts::of_event(&slow)
+            }
+        };
+        lines.push(LineRec {
+            buf: buf.clone(),
+            range: c.range.clone(),
+            sha256: c.sha256,
+            certified: c.certified,
+            event_type: type_name(facts.event_type),
+            cost_usd: facts.cost_usd,
+        });
+        folder.apply(facts);
+    }
+    Replayed {
+        lines,
+        folder,
+        genesis_identity,
+    }
+}
+
 /// The single writer of an experiment's archive. Hold the run lock while one exists.
 pub struct Archive {
     path: PathBuf,
@@ -116,8 +248,15 @@ pub struct Archive {
     public: PublicKey,
     file: File,
     receipts: File,
-    events: Vec<LoggedEvent>,
-    last_hash: String,
+    /// One per event, in order.
+    lines: Vec<LineRec>,
+    /// The events as `Value`s, built on the first call of [`Archive::events`].
+    events: OnceLock<Vec<LoggedEvent>>,
+    /// The rows, kept current by every append.
+    folder: Folder,
+    /// The certified genesis event's `fixed_identity`, if any.
+    genesis_identity: Option<FixedIdentity>,
+    last_hash: [u8; 32],
     archive_torn: Option<TornTail>,
     receipts_torn: Option<TornTail>,
     recovery: Recovery,
@@ -128,7 +267,7 @@ impl fmt::Debug for Archive {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Archive")
             .field("path", &self.path)
-            .field("events", &self.events.len())
+            .field("events", &self.lines.len())
             .finish_non_exhaustive()
     }
 }
@@ -195,11 +334,18 @@ impl Archive {
     /// Open (or create) the archive at `path` with its receipts next to it
     /// ([`receipts_path_for`]), as the experiment's single writer.
     ///
-    /// Every line is checked (well formed, canonical, contiguous seq, hash chain, a valid
-    /// receipt under `key`); any problem is an [`ArchiveError::Integrity`] naming the line,
-    /// except two crash states: a torn final line (ignored now, moved aside on the next
-    /// append) and a final event without a receipt (the crash fell between the event's fsync
-    /// and the receipt's: it is signed now and listed in [`Recovery::resigned`]).
+    /// Every line is checked (well formed, contiguous seq, hash chain, a receipt with the
+    /// line's digest under `key`, one verified signature per chained segment); any problem is
+    /// an [`ArchiveError::Integrity`] naming the line, except two crash states: a torn final
+    /// line (ignored now, moved aside on the next append) and a final event without a receipt
+    /// (the crash fell between the event's fsync and the receipt's: it is signed now and
+    /// listed in [`Recovery::resigned`]). Canonical form is left to [`verify`](crate::verify()):
+    /// the chain and the signature already authenticate each line's exact bytes (see
+    /// `docs/archive.md`).
+    ///
+    /// Lines are read without building `serde_json::Value` trees, on all cores, and folded
+    /// once: [`Archive::rows_cached`] is ready when `open` returns and every append keeps it
+    /// current.
     pub fn open(
         path: &Path,
         experiment_id: &str,
@@ -219,12 +365,17 @@ impl Archive {
         let mut receipts = open_append(&receipts_path)?;
         let mut abytes = Vec::new();
         file.read_to_end(&mut abytes).map_err(io(path))?;
+        let abytes = Arc::new(abytes);
         let mut rbytes = Vec::new();
         receipts
             .read_to_end(&mut rbytes)
             .map_err(io(&receipts_path))?;
         let public = key.public();
-        let check = check_log(&abytes, &rbytes, &public, Mode::Chained);
+        let reader = FastReader {
+            experiment: experiment_id,
+        };
+        let check = check_log(&abytes, &rbytes, &public, &reader, Mode::Chained);
+        drop(rbytes);
         let last_line = check.lines;
         let fatal: Vec<Finding> = check
             .findings
@@ -238,6 +389,14 @@ impl Archive {
         if !fatal.is_empty() {
             return Err(ArchiveError::Integrity { findings: fatal });
         }
+        // Every line is certified now, except perhaps a final one without a receipt, which is
+        // signed below (before anyone can see the archive).
+        let resign = check.events.last().is_some_and(|e| !e.certified);
+        let Replayed {
+            lines,
+            folder,
+            genesis_identity,
+        } = replay_checked(check.events, &abytes, resign);
         let mut archive = Archive {
             path: path.to_path_buf(),
             receipts_path,
@@ -245,7 +404,10 @@ impl Archive {
             public,
             file,
             receipts,
-            events: check.events,
+            lines,
+            events: OnceLock::new(),
+            folder,
+            genesis_identity,
             last_hash: check.last_hash,
             archive_torn: check.archive_torn.clone(),
             receipts_torn: check.receipts_torn.clone(),
@@ -257,14 +419,13 @@ impl Archive {
             poisoned: false,
         };
         // A final event without a receipt: sign it now.
-        if let Some(last) = archive.events.last()
-            && !last.certified
-        {
-            let (seq, sha) = (last.event.seq, last.sha256.clone());
+        if resign && let Some(last) = archive.lines.last() {
+            let seq = archive.lines.len() as u64 - 1;
+            let sha = hex(&last.sha256);
             archive.repair_receipts_tail()?;
             let receipt = archive.write_receipt(seq, &sha)?;
             debug_assert_eq!(receipt.seq, seq);
-            if let Some(last) = archive.events.last_mut() {
+            if let Some(last) = archive.lines.last_mut() {
                 last.certified = true;
             }
             archive.recovery.resigned.push(seq);
@@ -307,7 +468,7 @@ impl Archive {
             check_genid(g).map_err(inv)?;
         }
         check_timestamp(at).map_err(inv)?;
-        let first = self.events.is_empty();
+        let first = self.lines.is_empty();
         let need_genid = || {
             genid
                 .map(|_| ())
@@ -387,25 +548,34 @@ impl Archive {
             self.recovery.preserved.push(aside);
         }
         self.repair_receipts_tail()?;
-        let seq = self.events.len() as u64;
+        let seq = self.lines.len() as u64;
         let event = Event {
             seq,
-            prev: self.last_hash.clone(),
+            prev: hex(&self.last_hash),
             event_type: event_type.to_string(),
             genid: genid.map(str::to_string),
             at: at.to_string(),
             body,
         };
-        let mut line = event.canonical_line();
-        // What is kept in memory is exactly what a reader of the file will see.
-        let stored = serde_json::from_slice::<Value>(&line)
-            .map_err(|e| e.to_string())
-            .and_then(Event::from_json)
-            .map_err(|e| {
-                ArchiveError::InvalidEvent(format!("the event does not round-trip: {e}"))
-            })?;
-        let sha256 = sha256_hex(&line);
-        line.push(b'\n');
+        let mut bytes = event.canonical_line();
+        let n = bytes.len();
+        bytes.push(b'\n');
+        let line = Arc::new(bytes);
+        // What is kept in memory is exactly what a reader of the file will see: the line is
+        // read back the way `open` reads it.
+        let reader = FastReader {
+            experiment: self.key.experiment_id(),
+        };
+        let (header, item) = reader.read(&line[..n]).map_err(|e| {
+            ArchiveError::InvalidEvent(format!("the event does not round-trip: {e}"))
+        })?;
+        if header.seq != seq || header.prev != self.last_hash {
+            return Err(ArchiveError::InvalidEvent(
+                "the event does not round-trip".into(),
+            ));
+        }
+        let sha: [u8; 32] = Sha256::digest(&line[..n]).into();
+        let sha256 = hex(&sha);
         self.poisoned = true;
         self.file
             .write_all(&line)
@@ -413,34 +583,132 @@ impl Archive {
             .map_err(io(&self.path))?;
         let receipt = self.write_receipt(seq, &sha256)?;
         self.poisoned = false;
-        self.last_hash = sha256.clone();
-        self.events.push(LoggedEvent {
-            line: seq + 1,
-            event: stored,
-            sha256: sha256.clone(),
+        self.last_hash = sha;
+        let line_no = seq + 1;
+        if seq == 0 {
+            self.genesis_identity = genesis_identity_of(&item);
+        }
+        let slow;
+        let facts = match &item {
+            ReadLine::Fast(l) => Facts::of_fast(l, line_no, true, || (line.clone(), 0..n)),
+            ReadLine::Slow(e) => {
+                slow = LoggedEvent {
+                    line: line_no,
+                    event: e.clone(),
+                    sha256: String::new(),
+                    certified: true,
+                };
+                Facts::of_event(&slow)
+            }
+        };
+        let rec = LineRec {
+            buf: line.clone(),
+            range: 0..n,
+            sha256: sha,
             certified: true,
-        });
+            event_type: type_name(facts.event_type),
+            cost_usd: facts.cost_usd,
+        };
+        self.folder.apply(facts);
+        if let Some(events) = self.events.get_mut() {
+            events.push(LoggedEvent {
+                line: line_no,
+                event: match item {
+                    ReadLine::Slow(e) => e,
+                    ReadLine::Fast(_) => rec.event(seq),
+                },
+                sha256: sha256.clone(),
+                certified: true,
+            });
+        }
+        self.lines.push(rec);
         Ok(AppendedEvent {
             seq,
-            line: seq + 1,
+            line: line_no,
             sha256,
             receipt,
         })
     }
 
     /// Every event, in order (all certified once open succeeded).
+    ///
+    /// The writer reads lines without building `serde_json::Value` trees; the first call
+    /// builds them for every event (on all cores; about as long as `open` itself), later calls
+    /// and appends keep them. The lifecycle needs none of this for its state: see
+    /// [`Archive::rows_cached`], [`Archive::fixed_identity`], [`Archive::total_cost_usd`] and
+    /// [`Archive::pending`].
     pub fn events(&self) -> &[LoggedEvent] {
-        &self.events
+        self.events.get_or_init(|| {
+            par_map(&self.lines, 64, |i, rec| LoggedEvent {
+                line: i as u64 + 1,
+                event: rec.event(i as u64),
+                sha256: hex(&rec.sha256),
+                certified: rec.certified,
+            })
+        })
     }
 
-    /// The folded rows.
+    /// The events of one type, in order: the lines that [`Archive::events`] would list with
+    /// that `type`, read now (only those lines) unless the events are already built. For
+    /// events the fold does not cover (e.g. a lifecycle's own `select` or `playbook` events)
+    /// without building every event.
+    pub fn events_of_type(&self, event_type: &str) -> Vec<LoggedEvent> {
+        if let Some(events) = self.events.get() {
+            return events
+                .iter()
+                .filter(|e| e.event.event_type == event_type)
+                .cloned()
+                .collect();
+        }
+        self.lines
+            .iter()
+            .enumerate()
+            .filter(|(_, rec)| rec.event_type == event_type)
+            .map(|(i, rec)| LoggedEvent {
+                line: i as u64 + 1,
+                event: rec.event(i as u64),
+                sha256: hex(&rec.sha256),
+                certified: rec.certified,
+            })
+            .collect()
+    }
+
+    /// The folded rows (a copy of [`Archive::rows_cached`]; stamps are shared, not copied).
     pub fn rows(&self) -> Vec<Row> {
-        fold(&self.events)
+        self.folder.rows().to_vec()
+    }
+
+    /// The folded rows, kept current by every append (never refolded).
+    pub fn rows_cached(&self) -> &[Row] {
+        self.folder.rows()
+    }
+
+    /// Generation zero's fixed identity: [`fixed_identity`](crate::fixed_identity()) of this
+    /// archive's events and rows, without building the events.
+    pub fn fixed_identity(&self) -> Option<FixedIdentity> {
+        self.genesis_identity
+            .clone()
+            .or_else(|| identity_of_row0(self.folder.rows()))
+    }
+
+    /// Σ `cost_usd` over all events: [`total_cost_usd`](crate::total_cost_usd()) of
+    /// [`Archive::events`], without building them.
+    pub fn total_cost_usd(&self) -> f64 {
+        self.lines
+            .iter()
+            .filter(|l| l.certified)
+            .filter_map(|l| l.cost_usd)
+            .sum()
+    }
+
+    /// What a resumed run still has to finish: [`pending`](crate::pending()) of the rows.
+    pub fn pending(&self) -> Pending {
+        pending(self.folder.rows())
     }
 
     /// The seq the next append gets.
     pub fn next_seq(&self) -> u64 {
-        self.events.len() as u64
+        self.lines.len() as u64
     }
 
     pub fn recovery(&self) -> &Recovery {

@@ -4,18 +4,23 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::ops::Range;
 use std::path::Path;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::Serialize;
 use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
 
-use crate::canonical::{canonical_bytes, sha256_hex};
+use crate::canonical::{canonical_bytes, hex, unhex};
 use crate::eligibility::{
     Champion, Eligibility, FixedIdentity, champion, eligibility, fixed_identity,
 };
 use crate::event::{Event, GENESIS_GENID, TERMINAL_STATUSES, check_stamp, genesis_anchor, types};
 use crate::fold::{Row, fold};
 use crate::keys::PublicKey;
+use crate::lite::{FastLine, FastRead, RawReceipt, read_line, read_receipt};
 
 /// Which file a finding is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -195,25 +200,23 @@ pub struct TornTail {
     pub len: u64,
 }
 
-/// Split into complete lines; trailing bytes without a newline, or a final line that is not
-/// JSON, are the torn tail (a crash mid-append), never part of the log.
-pub(crate) fn split_lines(bytes: &[u8]) -> (Vec<&[u8]>, Option<TornTail>) {
-    let mut lines: Vec<&[u8]> = Vec::new();
+/// Split into complete lines (byte ranges, without the newline); trailing bytes without a
+/// newline, or a final line that is not JSON, are the torn tail (a crash mid-append), never
+/// part of the log.
+pub(crate) fn split_lines(bytes: &[u8]) -> (Vec<Range<usize>>, Option<TornTail>) {
+    let mut lines: Vec<Range<usize>> = Vec::new();
     let mut start = 0usize;
-    for (i, b) in bytes.iter().enumerate() {
-        if *b == b'\n' {
-            lines.push(&bytes[start..i]);
-            start = i + 1;
-        }
+    while let Some(n) = find_newline(&bytes[start..]) {
+        lines.push(start..start + n);
+        start += n + 1;
     }
     let mut torn_from = (start < bytes.len()).then_some(start);
     if torn_from.is_none()
         && let Some(last) = lines.last()
-        && serde_json::from_slice::<serde::de::IgnoredAny>(last).is_err()
+        && serde_json::from_slice::<serde::de::IgnoredAny>(&bytes[last.clone()]).is_err()
     {
-        let off = bytes.len() - last.len() - 1;
+        torn_from = Some(last.start);
         lines.pop();
-        torn_from = Some(off);
     }
     let torn = torn_from.map(|off| TornTail {
         line: lines.len() as u64 + 1,
@@ -223,54 +226,252 @@ pub(crate) fn split_lines(bytes: &[u8]) -> (Vec<&[u8]>, Option<TornTail>) {
     (lines, torn)
 }
 
+/// The position of the first `\n`, eight bytes at a time.
+fn find_newline(b: &[u8]) -> Option<usize> {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let words = b.chunks_exact(8);
+    let tail = words.remainder();
+    for (k, w) in words.enumerate() {
+        let w = u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
+        let x = w ^ (LO * u64::from(b'\n'));
+        // The lowest set bit marks the first zero byte of `x` (borrows only move upwards).
+        let z = x.wrapping_sub(LO) & !x & HI;
+        if z != 0 {
+            return Some(k * 8 + (z.trailing_zeros() / 8) as usize);
+        }
+    }
+    let base = b.len() - tail.len();
+    tail.iter().position(|c| *c == b'\n').map(|p| base + p)
+}
+
+/// Worker threads for the per-line work (computed once).
+fn threads() -> usize {
+    static N: OnceLock<usize> = OnceLock::new();
+    *N.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(8)
+    })
+}
+
+/// `items.iter().enumerate().map(f).collect()`, spread over the available cores when there
+/// are at least `min_per_thread` items per thread. Items are handed out in blocks by an atomic
+/// counter (the calling thread works too), so a thread the scheduler delays on a busy machine
+/// does not hold the others up.
+pub(crate) fn par_map<T: Sync, R: Send>(
+    items: &[T],
+    min_per_thread: usize,
+    f: impl Fn(usize, &T) -> R + Sync,
+) -> Vec<R> {
+    let n = threads().min(items.len() / min_per_thread.max(1)).max(1);
+    if n <= 1 {
+        return items.iter().enumerate().map(|(i, x)| f(i, x)).collect();
+    }
+    let block = (items.len() / (n * 8)).max(16);
+    let blocks = items.len().div_ceil(block);
+    let next = AtomicUsize::new(0);
+    let work = || {
+        let mut done: Vec<(usize, Vec<R>)> = Vec::new();
+        loop {
+            let b = next.fetch_add(1, Ordering::Relaxed);
+            if b >= blocks {
+                return done;
+            }
+            let start = b * block;
+            let part = &items[start..(start + block).min(items.len())];
+            done.push((
+                b,
+                part.iter()
+                    .enumerate()
+                    .map(|(i, x)| f(start + i, x))
+                    .collect(),
+            ));
+        }
+    };
+    let mut done = std::thread::scope(|scope| {
+        // A thread that cannot be started (resource limits) just leaves its blocks to the
+        // others; the calling thread always takes part.
+        let handles: Vec<_> = (1..n)
+            .filter_map(|_| std::thread::Builder::new().spawn_scoped(scope, work).ok())
+            .collect();
+        let mut done = work();
+        for h in handles {
+            match h.join() {
+                Ok(part) => done.extend(part),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        done
+    });
+    done.sort_unstable_by_key(|(b, _)| *b);
+    let mut out = Vec::with_capacity(items.len());
+    for (_, part) in done {
+        out.extend(part);
+    }
+    out
+}
+
+/// What the structural check needs from a line that is a well-formed event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub seq: u64,
+    pub prev: [u8; 32],
+    pub is_genesis: bool,
+    /// `body.experiment` is the experiment id.
+    pub experiment_ok: bool,
+    /// The line is RFC 8785 canonical JSON (always `true` when not checked).
+    pub canonical: bool,
+}
+
+/// Reads one archive line into a [`Header`] and a payload, or a `malformed` message.
+pub(crate) trait LineReader<'a>: Sync {
+    type Out: Send;
+    fn read(&self, line: &'a [u8]) -> Result<(Header, Self::Out), String>;
+}
+
+/// The straightforward reader: a `serde_json::Value` and [`Event::from_json`]; `verify` uses
+/// it with the canonical-form check.
+pub(crate) struct ValueReader<'e> {
+    pub experiment: &'e str,
+    pub check_canonical: bool,
+}
+
+impl<'a> LineReader<'a> for ValueReader<'_> {
+    type Out = Event;
+    fn read(&self, bytes: &'a [u8]) -> Result<(Header, Event), String> {
+        let value: Value =
+            serde_json::from_slice(bytes).map_err(|e| format!("not valid JSON: {e}"))?;
+        let canonical = !self.check_canonical || canonical_bytes(&value) == bytes;
+        let event = Event::from_json(value).map_err(|e| format!("not a well-formed event: {e}"))?;
+        let header = Header {
+            seq: event.seq,
+            // `from_json` admits only 64 lower-case hex digits.
+            prev: unhex::<32>(&event.prev).unwrap_or([0; 32]),
+            is_genesis: event.event_type == types::GENESIS,
+            experiment_ok: event.body.get("experiment").and_then(Value::as_str)
+                == Some(self.experiment),
+            canonical,
+        };
+        Ok((header, event))
+    }
+}
+
+/// A line read by the writer's open: without `Value` trees when possible.
+#[derive(Debug)]
+pub(crate) enum ReadLine<'a> {
+    Fast(Box<FastLine<'a>>),
+    /// Read the straightforward way (see [`crate::lite`] on the fallback).
+    Slow(Event),
+}
+
+/// The writer's reader ([`crate::lite::read_line`], falling back to [`ValueReader`]); it does
+/// not check canonical form (see `docs/archive.md`).
+pub(crate) struct FastReader<'e> {
+    pub experiment: &'e str,
+}
+
+impl<'a> LineReader<'a> for FastReader<'_> {
+    type Out = ReadLine<'a>;
+    fn read(&self, bytes: &'a [u8]) -> Result<(Header, ReadLine<'a>), String> {
+        match read_line(bytes) {
+            FastRead::Event(l) => {
+                let header = Header {
+                    seq: l.seq,
+                    prev: l.prev,
+                    is_genesis: l.event_type == types::GENESIS,
+                    experiment_ok: l.body.str("experiment") == Some(self.experiment),
+                    canonical: true,
+                };
+                Ok((header, ReadLine::Fast(l)))
+            }
+            FastRead::Fallback => ValueReader {
+                experiment: self.experiment,
+                check_canonical: false,
+            }
+            .read(bytes)
+            .map(|(h, e)| (h, ReadLine::Slow(e))),
+        }
+    }
+}
+
+/// A line that is a well-formed event, after the structural check.
+#[derive(Debug)]
+pub(crate) struct Checked<T> {
+    /// 1-based line number.
+    pub line: u64,
+    /// The line's bytes in the archive (without the newline).
+    pub range: Range<usize>,
+    pub sha256: [u8; 32],
+    pub certified: bool,
+    pub item: T,
+}
+
 /// Result of the structural check.
 #[derive(Debug)]
-pub(crate) struct LogCheck {
-    pub events: Vec<LoggedEvent>,
+pub(crate) struct LogCheck<T> {
+    pub events: Vec<Checked<T>>,
     pub findings: Vec<Finding>,
     pub archive_torn: Option<TornTail>,
     pub receipts_torn: Option<TornTail>,
     /// Number of complete archive lines (well formed or not).
     pub lines: u64,
     /// Hash of the last complete line (the anchor when there is none).
-    pub last_hash: String,
+    pub last_hash: [u8; 32],
+}
+
+/// A map keyed by seq: a table for the seqs of an intact archive (`0..dense`), a hash map
+/// for the others.
+struct SeqMap<T> {
+    dense: Vec<Option<T>>,
+    sparse: HashMap<u64, T>,
+}
+
+impl<T> SeqMap<T> {
+    fn new(dense: usize) -> SeqMap<T> {
+        SeqMap {
+            dense: std::iter::repeat_with(|| None).take(dense).collect(),
+            sparse: HashMap::new(),
+        }
+    }
+
+    fn get(&self, seq: u64) -> Option<&T> {
+        match usize::try_from(seq).ok().and_then(|i| self.dense.get(i)) {
+            Some(slot) => slot.as_ref(),
+            None => self.sparse.get(&seq),
+        }
+    }
+
+    fn insert(&mut self, seq: u64, v: T) {
+        match usize::try_from(seq)
+            .ok()
+            .and_then(|i| self.dense.get_mut(i))
+        {
+            Some(slot) => *slot = Some(v),
+            None => {
+                self.sparse.insert(seq, v);
+            }
+        }
+    }
+}
+
+/// `s` is exactly the lower-case hex of `raw`.
+pub(crate) fn hex_is(s: &str, raw: &[u8; 32]) -> bool {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let b = s.as_bytes();
+    b.len() == 64
+        && raw.iter().enumerate().all(|(i, x)| {
+            b[2 * i] == DIGITS[(x >> 4) as usize] && b[2 * i + 1] == DIGITS[(x & 15) as usize]
+        })
 }
 
 /// Verify `(seq, event_sha256, sig)` triples, spread over the available cores.
 fn verify_signatures(public: &PublicKey, items: &[(u64, &str, &str)]) -> Vec<bool> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(8);
-    if threads <= 1 || items.len() < 64 {
-        return items
-            .iter()
-            .map(|(s, h, sig)| public.verify_receipt(*s, h, sig))
-            .collect();
-    }
-    let chunk = items.len().div_ceil(threads);
-    let mut out = Vec::with_capacity(items.len());
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = items
-            .chunks(chunk)
-            .map(|c| {
-                scope.spawn(move || {
-                    c.iter()
-                        .map(|(s, h, sig)| public.verify_receipt(*s, h, sig))
-                        .collect::<Vec<bool>>()
-                })
-            })
-            .collect();
-        for h in handles {
-            // A verifier thread cannot panic on any input; if it somehow did, count its
-            // signatures as invalid rather than propagating the panic.
-            out.extend(h.join().unwrap_or_else(|_| vec![false; chunk]));
-        }
-    });
-    out.truncate(items.len());
-    out
+    par_map(items, 32, |_, (s, h, sig)| {
+        public.verify_receipt(*s, h, sig)
+    })
 }
 
-/// The structural check of an archive and its receipts against `public`.
 /// How many signatures the structural check verifies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -282,12 +483,15 @@ pub(crate) enum Mode {
     Chained,
 }
 
-pub(crate) fn check_log(
-    archive: &[u8],
+/// The structural check of an archive and its receipts against `public`, reading lines with
+/// `reader`.
+pub(crate) fn check_log<'a, R: LineReader<'a>>(
+    archive: &'a [u8],
     receipts: &[u8],
     public: &PublicKey,
+    reader: &R,
     mode: Mode,
-) -> LogCheck {
+) -> LogCheck<R::Out> {
     let mut findings = Vec::new();
     let a = Source::Archive;
     let (lines, archive_torn) = split_lines(archive);
@@ -297,43 +501,31 @@ pub(crate) fn check_log(
             t.len
         )));
     }
-    let anchor = genesis_anchor(public.experiment_id());
-    let hashes: Vec<String> = lines.iter().map(|l| sha256_hex(l)).collect();
-    // (event, structurally ok) per line.
-    let mut parsed: Vec<Option<(Event, bool)>> = Vec::with_capacity(lines.len());
+    let anchor_hex = genesis_anchor(public.experiment_id());
+    let anchor = unhex::<32>(&anchor_hex).unwrap_or([0; 32]);
+    // Per line, on all cores: its hash, and its header and payload (or why it is malformed).
+    type Read<T> = ([u8; 32], Result<(Header, T), String>);
+    let read: Vec<Read<R::Out>> = par_map(&lines, 256, |_, r| {
+        let bytes = &archive[r.clone()];
+        (Sha256::digest(bytes).into(), reader.read(bytes))
+    });
+    let hashes: Vec<[u8; 32]> = read.iter().map(|(h, _)| *h).collect();
+    // (header, payload, structurally ok) per line.
+    let mut parsed: Vec<Option<(Header, R::Out, bool)>> = Vec::with_capacity(lines.len());
     // links[i]: line i parsed and its `prev` is the hash of line i-1 (the anchor for i = 0).
     let mut links = vec![false; lines.len()];
-    for (i, bytes) in lines.iter().enumerate() {
+    for (i, (_, result)) in read.into_iter().enumerate() {
         let line = i as u64 + 1;
-        let value: Value = match serde_json::from_slice(bytes) {
-            Ok(v) => v,
-            Err(e) => {
-                findings.push(Finding::new(
-                    a,
-                    Some(line),
-                    FindingKind::Malformed,
-                    format!("not valid JSON: {e}"),
-                ));
-                parsed.push(None);
-                continue;
-            }
-        };
-        let canonical = mode != Mode::Full || canonical_bytes(&value) == *bytes;
-        let event = match Event::from_json(value) {
-            Ok(ev) => ev,
-            Err(e) => {
-                findings.push(Finding::new(
-                    a,
-                    Some(line),
-                    FindingKind::Malformed,
-                    format!("not a well-formed event: {e}"),
-                ));
+        let (h, out) = match result {
+            Ok(x) => x,
+            Err(message) => {
+                findings.push(Finding::new(a, Some(line), FindingKind::Malformed, message));
                 parsed.push(None);
                 continue;
             }
         };
         let mut ok = true;
-        if !canonical {
+        if !h.canonical {
             findings.push(Finding::new(
                 a,
                 Some(line),
@@ -341,15 +533,15 @@ pub(crate) fn check_log(
                 "the line is not RFC 8785 canonical JSON (the host writes only canonical lines)",
             ));
         }
-        if event.seq != i as u64 {
+        if h.seq != i as u64 {
             ok = false;
             findings.push(Finding::new(a, Some(line), FindingKind::SeqMismatch, format!(
                 "seq is {} but the line is at position {i}: a line was dropped, inserted or moved",
-                event.seq
+                h.seq
             )));
         }
         let expected_prev = if i == 0 { &anchor } else { &hashes[i - 1] };
-        links[i] = event.prev == *expected_prev;
+        links[i] = h.prev == *expected_prev;
         if !links[i] {
             ok = false;
             let msg = if i == 0 {
@@ -362,12 +554,7 @@ pub(crate) fn check_log(
             };
             findings.push(Finding::new(a, Some(line), FindingKind::ChainBroken, msg));
         }
-        let is_genesis = event.event_type == types::GENESIS;
-        if i == 0
-            && (!is_genesis
-                || event.body.get("experiment").and_then(Value::as_str)
-                    != Some(public.experiment_id()))
-        {
+        if i == 0 && (!h.is_genesis || !h.experiment_ok) {
             ok = false;
             findings.push(Finding::new(
                 a,
@@ -378,7 +565,7 @@ pub(crate) fn check_log(
                     public.experiment_id()
                 ),
             ));
-        } else if i > 0 && is_genesis {
+        } else if i > 0 && h.is_genesis {
             ok = false;
             findings.push(Finding::new(
                 a,
@@ -387,7 +574,7 @@ pub(crate) fn check_log(
                 "a genesis event after line 1",
             ));
         }
-        parsed.push(Some((event, ok)));
+        parsed.push(Some((h, out, ok)));
     }
 
     // Receipts.
@@ -399,15 +586,23 @@ pub(crate) fn check_log(
             t.len
         )));
     }
-    let claimed: std::collections::HashSet<u64> =
-        parsed.iter().flatten().map(|(ev, _)| ev.seq).collect();
-    let mut by_seq: HashMap<u64, (u64, Receipt)> = HashMap::with_capacity(rlines.len());
+    let recs: Vec<Result<RawReceipt<'_>, String>> = par_map(&rlines, 512, |_, range| {
+        let bytes = &receipts[range.clone()];
+        read_receipt(bytes).map(Ok).unwrap_or_else(|| {
+            serde_json::from_slice::<Value>(bytes)
+                .map_err(|e| e.to_string())
+                .and_then(|v| Receipt::from_value(&v))
+                .map(RawReceipt::from)
+        })
+    });
+    let mut claimed = SeqMap::new(lines.len());
+    for (h, _, _) in parsed.iter().flatten() {
+        claimed.insert(h.seq, ());
+    }
+    let mut by_seq: SeqMap<(u64, RawReceipt<'_>)> = SeqMap::new(lines.len());
     let mut order_reported = false;
-    for (j, bytes) in rlines.iter().enumerate() {
+    for (j, rec) in recs.into_iter().enumerate() {
         let rline = j as u64 + 1;
-        let rec = serde_json::from_slice::<Value>(bytes)
-            .map_err(|e| e.to_string())
-            .and_then(|v| Receipt::from_value(&v));
         let rec = match rec {
             Ok(rec) => rec,
             Err(e) => {
@@ -427,7 +622,7 @@ pub(crate) fn check_log(
                 rec.seq
             )));
         }
-        if !claimed.contains(&rec.seq) {
+        if claimed.get(rec.seq).is_none() {
             let msg = if rec.seq >= lines.len() as u64 {
                 format!(
                     "receipt for seq {} but the archive has only {} complete lines: lines were dropped (or rolled back)",
@@ -447,7 +642,7 @@ pub(crate) fn check_log(
                 msg,
             ));
         }
-        if let Some((first, _)) = by_seq.get(&rec.seq) {
+        if let Some((first, _)) = by_seq.get(rec.seq) {
             findings.push(Finding::new(
                 r,
                 Some(rline),
@@ -463,20 +658,20 @@ pub(crate) fn check_log(
     }
 
     // Signatures, for receipts that match their line's hash and key: `cand[i]`.
-    let cand: Vec<Option<&Receipt>> = parsed
+    let cand: Vec<Option<&RawReceipt<'_>>> = parsed
         .iter()
         .enumerate()
         .map(|(i, p)| {
-            let (ev, _) = p.as_ref()?;
-            let (_, rec) = by_seq.get(&ev.seq)?;
-            (rec.key_id == public.key_id() && rec.event_sha256 == hashes[i]).then_some(rec)
+            let (h, _, _) = p.as_ref()?;
+            let (_, rec) = by_seq.get(h.seq)?;
+            (rec.key_id == public.key_id() && hex_is(&rec.event_sha256, &hashes[i])).then_some(rec)
         })
         .collect();
     let mut valid = vec![false; parsed.len()];
     let verify_lines = |idx: &[usize], valid: &mut Vec<bool>| {
         let items: Vec<(u64, &str, &str)> = idx
             .iter()
-            .filter_map(|&i| cand[i].map(|r| (r.seq, r.event_sha256.as_str(), r.sig.as_str())))
+            .filter_map(|&i| cand[i].map(|r| (r.seq, r.event_sha256.as_ref(), r.sig.as_ref())))
             .collect();
         let results = verify_signatures(public, &items);
         for (&i, ok) in idx.iter().filter(|&&i| cand[i].is_some()).zip(results) {
@@ -490,7 +685,7 @@ pub(crate) fn check_log(
             // on a segment's last signed line authenticates every line before it in the
             // segment (each line's hash is committed by its successor's `prev`); if it does
             // not verify, every line of the segment is checked on its own.
-            let mut segments: Vec<std::ops::Range<usize>> = Vec::new();
+            let mut segments: Vec<Range<usize>> = Vec::new();
             for (i, linked) in links.iter().enumerate() {
                 if i == 0 || !linked {
                     segments.push(i..i + 1);
@@ -523,14 +718,14 @@ pub(crate) fn check_log(
     let mut events = Vec::with_capacity(parsed.len());
     for (i, p) in parsed.into_iter().enumerate() {
         let line = i as u64 + 1;
-        let Some((event, ok)) = p else { continue };
-        let receipt_ok = match by_seq.get(&event.seq) {
+        let Some((h, item, ok)) = p else { continue };
+        let receipt_ok = match by_seq.get(h.seq) {
             None => {
                 findings.push(Finding::new(
                     a,
                     Some(line),
                     FindingKind::ReceiptMissing,
-                    format!("seq {} has no receipt: unsigned line", event.seq),
+                    format!("seq {} has no receipt: unsigned line", h.seq),
                 ));
                 false
             }
@@ -542,10 +737,10 @@ pub(crate) fn check_log(
                 )));
                 false
             }
-            Some((rl, rec)) if rec.event_sha256 != hashes[i] => {
+            Some((rl, rec)) if !hex_is(&rec.event_sha256, &hashes[i]) => {
                 findings.push(Finding::new(a, Some(line), FindingKind::EventHashMismatch, format!(
                     "the line's SHA-256 {} differs from the one its receipt (receipts line {rl}) signs: the line was edited after signing",
-                    hashes[i]
+                    hex(&hashes[i])
                 )));
                 false
             }
@@ -557,16 +752,17 @@ pub(crate) fn check_log(
             }
             Some(_) => true,
         };
-        events.push(LoggedEvent {
+        events.push(Checked {
             line,
-            sha256: hashes[i].clone(),
+            range: lines[i].clone(),
+            sha256: hashes[i],
             certified: ok && receipt_ok,
-            event,
+            item,
         });
     }
     // Archive findings by line, then receipts, tags, cache (stable within a line).
     findings.sort_by_key(|f| (f.source as u8, f.line.unwrap_or(u64::MAX)));
-    let last_hash = hashes.last().cloned().unwrap_or(anchor);
+    let last_hash = hashes.last().copied().unwrap_or(anchor);
     LogCheck {
         events,
         findings,
@@ -638,9 +834,22 @@ pub fn verify(
     let mut findings = Vec::new();
     let archive = read_or_finding(archive_path, Source::Archive, &mut findings);
     let receipts = read_or_finding(receipts_path, Source::Receipts, &mut findings);
-    let check = check_log(&archive, &receipts, public_key, Mode::Full);
+    let reader = ValueReader {
+        experiment: public_key.experiment_id(),
+        check_canonical: true,
+    };
+    let check = check_log(&archive, &receipts, public_key, &reader, Mode::Full);
     findings.extend(check.findings);
-    let events = check.events;
+    let events: Vec<LoggedEvent> = check
+        .events
+        .into_iter()
+        .map(|c| LoggedEvent {
+            line: c.line,
+            event: c.item,
+            sha256: hex(&c.sha256),
+            certified: c.certified,
+        })
+        .collect();
     let certified: Vec<&LoggedEvent> = events.iter().filter(|e| e.certified).collect();
     semantic_findings(&certified, &mut findings);
     let rows = fold(&events);
@@ -776,7 +985,7 @@ fn identity_findings(
             .evaluation
             .as_ref()
             .filter(|e| e.purpose() == Some("genesis"))
-        && let Some(from_eval) = FixedIdentity::from_stamp(&ev0.stamp)
+        && let Some(from_eval) = FixedIdentity::from_evaluation(ev0)
         && FixedIdentity::from_value(g).as_ref() != Some(&from_eval)
     {
         findings.push(Finding::new(
@@ -793,10 +1002,7 @@ fn identity_findings(
             .chain(&row.anchors)
             .chain(&row.other_evaluations)
         {
-            let fp = ev
-                .stamp
-                .get("evaluator_fingerprint")
-                .and_then(Value::as_str);
+            let fp = ev.evaluator_fingerprint();
             if fp.is_some_and(|fp| fp != id.evaluator_fingerprint) {
                 findings.push(Finding::new(
                     a,
