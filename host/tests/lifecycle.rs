@@ -154,6 +154,7 @@ fn assert_rejected(e: &Exp, status: &str, reason_has: &str) {
     let log = e.log();
     let r = row(&log, "1");
     assert_eq!(r["status"], status, "{log:#?}");
+    assert_eq!(r["parent"], "0", "an early stop still names its parent");
     assert_eq!(r["eligible"], false);
     let show = e.json(&["show", "1", "-w", "ws", "--json"]);
     let reason = show["row"]["reason"].as_str().unwrap_or("");
@@ -459,4 +460,29 @@ fn the_default_demo_improves_reports_the_anchor_and_verifies() {
         .output()
         .unwrap();
     assert!(verify.status.success(), "{}", text(&verify));
+}
+
+#[test]
+fn the_tasks_capability_runs_train_tasks_only() {
+    use evolve::sandbox::TaskBackend;
+    use evolve::sandbox::tasks::{RunRequest, TasksError};
+    let e = Exp::new(&Spec::default());
+    e.init();
+    let ws = evolve::workspace::Workspace::open(&e.ws).unwrap();
+    let engine: std::sync::Arc<dyn evaluator_harbor::engine::Engine> =
+        std::sync::Arc::new(evaluator_harbor::engine::local::LocalEngine::default());
+    let backend = evolve::lifecycle::train::TrainTasks::new(&ws, engine, &e.ws, e.root().join("train-out"));
+    let train = backend.train_tasks();
+    assert_eq!(train, ws.task_set.split.train);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let reports = rt
+        .block_on(backend.run(RunRequest { tasks: train.clone(), repetitions: 2 }))
+        .unwrap();
+    assert_eq!(reports.len(), train.len() * 2);
+    assert!(reports.iter().all(|r| r.reward == Some(0.1)), "{reports:?}");
+    let gate = ws.task_set.split.gate[0].clone();
+    match rt.block_on(backend.run(RunRequest { tasks: vec![gate.clone()], repetitions: 1 })) {
+        Err(TasksError::UnknownTask(m)) => assert!(m.contains("not a train task")),
+        other => panic!("a gate task must be refused: {other:?}"),
+    }
 }

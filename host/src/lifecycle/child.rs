@@ -8,7 +8,9 @@ use super::view::{self, row_json, row_view};
 use super::{Driver, Result, RunError, State, certified_attempts, fmt_score, status_body};
 use crate::safe_tree::{self, TreeLimits};
 use crate::sandbox::types::{self as wit, Stage};
-use crate::sandbox::{StageInput, StageOutput};
+use super::train::TrainTasks;
+use crate::sandbox::{Capabilities, NoModel, StageInput, StageOutput};
+use std::sync::Arc;
 use crate::workspace::layout;
 use evolve_archive::types;
 use evolve_snapshot::{Change, ChangeKind, Limits as SnapshotLimits, Oid};
@@ -103,6 +105,31 @@ fn clip(s: &str, max: usize) -> String {
     format!("{}… [{} more bytes]", &s[..end], s.len() - end)
 }
 
+/// What one child's stage calls spent through host capabilities (train trials the
+/// agent reported, model calls metered by the host), charged to the generation.
+#[derive(Default)]
+pub(crate) struct Meter {
+    tasks: std::sync::Mutex<Vec<Arc<TrainTasks>>>,
+}
+
+impl Meter {
+    /// Capabilities with train trials of the candidate in `checkout`.
+    fn tasks(&self, d: &Driver, checkout: &Path, stage_dir: &Path) -> Capabilities {
+        let t = Arc::new(TrainTasks::new(&d.ws, d.engine.clone(), checkout, stage_dir.join("train")));
+        self.tasks.lock().unwrap_or_else(|p| p.into_inner()).push(t.clone());
+        Capabilities { model: Arc::new(NoModel), tasks: t }
+    }
+
+    /// Capabilities of a stage that imports only `model`.
+    fn model(&self, _d: &Driver) -> Capabilities {
+        Capabilities::default()
+    }
+
+    fn spent(&self) -> f64 {
+        self.tasks.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|t| t.spent_usd()).sum()
+    }
+}
+
 impl Driver {
     /// Archive an early stop and discard the child's worktree.
     fn early_stop(
@@ -176,6 +203,7 @@ impl Driver {
             fmt_score(parent_row.score())
         ));
         let p = Some(parent.as_str());
+        let meter = Meter::default();
 
         // Rollout and analyze run the parent's operators on the fork.
         let ctx = self.stages.context(Stage::Rollout, genid, p);
@@ -187,6 +215,7 @@ impl Driver {
                 &wt,
                 &run_dir.join("rollout"),
                 None,
+                meter.tasks(self, &wt, &run_dir.join("rollout")),
                 StageInput::Rollout {
                     ctx,
                     parent: parent_view.clone(),
@@ -228,6 +257,7 @@ impl Driver {
                     &wt,
                     &run_dir.join("analyze"),
                     None,
+                    meter.model(self),
                     StageInput::Analyze {
                         ctx,
                         rollout: rollout.clone(),
@@ -282,6 +312,7 @@ impl Driver {
                 &wt,
                 &run_dir.join("mutate"),
                 Some(&feedback),
+                meter.tasks(self, &wt, &run_dir.join("mutate")),
                 StageInput::Mutate { ctx, observation },
                 record,
             )
@@ -372,6 +403,7 @@ impl Driver {
                     &wt,
                     &run_dir.join("validate"),
                     None,
+                    meter.tasks(self, &wt, &run_dir.join("validate")),
                     StageInput::Validate {
                         ctx,
                         changed: changed.clone(),
@@ -443,6 +475,7 @@ impl Driver {
                     &wt,
                     &run_dir.join("novelty"),
                     None,
+                    Default::default(),
                     StageInput::Novelty { ctx, diff },
                     json!({"changed": changed}),
                 )
@@ -522,7 +555,7 @@ impl Driver {
         body.insert("usage_claimed".into(), json!({"input_tokens": proposal.usage.input_tokens, "output_tokens": proposal.usage.output_tokens, "usd": if proposal.usage.usd.is_finite() { proposal.usage.usd } else { 0.0 }}));
         // Metered spend of this generation's operator calls (the host meters model calls;
         // an operator's own usage figure is kept only as a claim).
-        body.insert("cost_usd".into(), json!(0.0));
+        body.insert("cost_usd".into(), json!(meter.spent()));
         self.append(types::GENERATION, Some(genid), body)?;
         self.ensure_tag(genid, commit)?;
         let _ = std::fs::remove_dir_all(&wt);
@@ -658,6 +691,7 @@ impl Driver {
                 &checkout,
                 &self.ws.paths.run_dir(genid).join("gate"),
                 None,
+                Default::default(),
                 StageInput::Gate {
                     ctx,
                     child,
@@ -729,6 +763,7 @@ impl Driver {
                 &checkout,
                 &self.ws.paths.run_dir(genid).join("record"),
                 None,
+                Default::default(),
                 StageInput::Record {
                     ctx,
                     child: child.clone(),
@@ -793,6 +828,7 @@ impl Driver {
                 &root,
                 &self.ws.paths.run_dir(genid).join("reflect"),
                 None,
+                Default::default(),
                 StageInput::Reflect {
                     ctx,
                     archive,

@@ -17,6 +17,7 @@ pub mod child;
 pub mod evaluate;
 pub mod repair;
 pub mod stages;
+pub mod train;
 pub mod view;
 
 use crate::recipe::Recipe;
@@ -25,10 +26,7 @@ use crate::workspace::{Workspace, layout, now};
 use evaluate::{EvalError, EvalRequest, Evaluated};
 use evaluator_harbor::engine::Engine;
 use evaluator_harbor::split::SplitName;
-use evolve_archive::{
-    Archive, Champion, Eligibility, LoggedEvent, Row, RunLock, champion, eligibility,
-    fixed_identity, total_cost_usd, types,
-};
+use evolve_archive::{Archive, Champion, Eligibility, Row, RunLock, champion, eligibility, types};
 use evolve_snapshot::{Oid, Surface};
 use serde_json::{Map, Value, json};
 use stages::Stages;
@@ -134,54 +132,39 @@ impl State {
 }
 
 /// Compute the state of the archive against the workspace's tags.
-pub fn state_of(ws: &Workspace, events: &[LoggedEvent], rows: Vec<Row>) -> State {
-    state_with(events, rows, &|g: &str| ws.tag_commit(g))
+pub fn state_of(ws: &Workspace, archive: &Archive) -> State {
+    state_from(archive, &|g: &str| ws.tag_commit(g))
 }
 
-/// Compute the state of `events`; `tag_lookup(genid)` is the commit `gen/<genid>` names.
-pub fn state_with(
-    events: &[LoggedEvent],
-    rows: Vec<Row>,
-    tag_lookup: &dyn Fn(&str) -> Option<String>,
-) -> State {
-    let identity = fixed_identity(events, &rows);
+/// Compute the state of `archive`; `tag_lookup(genid)` is the commit `gen/<genid>` names.
+/// Uses the writer's incrementally folded rows and reads only the few non-row events.
+pub fn state_from(archive: &Archive, tag_lookup: &dyn Fn(&str) -> Option<String>) -> State {
+    let rows = archive.rows();
+    let identity = archive.fixed_identity();
     let eligibility = eligibility(&rows, identity.as_ref(), tag_lookup);
     let champion = champion(&rows, &eligibility);
     let mut selections = std::collections::BTreeMap::new();
-    let mut playbook = Vec::new();
-    for e in events.iter().filter(|e| e.certified) {
-        match e.event.event_type.as_str() {
-            "select" => {
-                let generation = e.event.body.get("generation").and_then(Value::as_u64);
-                let parents: Vec<String> = e
-                    .event
-                    .body
-                    .get("parents")
-                    .and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|p| p.as_str().map(str::to_string))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                if let (Some(g), false) = (generation, parents.is_empty()) {
-                    selections.insert(g, parents);
-                }
-            }
-            "playbook" => playbook.extend(
-                e.event
-                    .body
-                    .get("ops")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .cloned(),
-            ),
-            _ => {}
+    for e in archive.events_of_type("select").iter().filter(|e| e.certified) {
+        let generation = e.event.body.get("generation").and_then(Value::as_u64);
+        let parents: Vec<String> = e
+            .event
+            .body
+            .get("parents")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(|p| p.as_str().map(str::to_string)).collect())
+            .unwrap_or_default();
+        if let (Some(g), false) = (generation, parents.is_empty()) {
+            selections.insert(g, parents);
         }
     }
+    let playbook = archive
+        .events_of_type("playbook")
+        .iter()
+        .filter(|e| e.certified)
+        .flat_map(|e| e.event.body.get("ops").and_then(Value::as_array).cloned().unwrap_or_default())
+        .collect();
     State {
-        spent: total_cost_usd(events),
+        spent: archive.total_cost_usd(),
         rows,
         eligibility,
         champion,
@@ -283,7 +266,7 @@ impl Driver {
     /// The current folded state.
     pub fn state(&self) -> State {
         let a = self.archive.lock().unwrap_or_else(|p| p.into_inner());
-        state_of(&self.ws, a.events(), a.rows())
+        state_of(&self.ws, &a)
     }
 
     /// Append one event; an archive failure stops the run.
@@ -657,6 +640,7 @@ impl Driver {
                 &checkout,
                 &run_dir,
                 None,
+                Default::default(),
                 StageInput::Select {
                     ctx,
                     archive: archive_view,

@@ -102,6 +102,7 @@ impl Stages {
         checkout: &Path,
         run_dir: &Path,
         feedback: Option<&Path>,
+        capabilities: Capabilities,
         input: StageInput,
         record: Value,
     ) -> Result<StageOutput, StageFailure> {
@@ -132,7 +133,7 @@ impl Stages {
                 &op,
                 &grants,
                 &self.limits(stage),
-                Capabilities::default(),
+                capabilities,
                 input,
             )
             .await;

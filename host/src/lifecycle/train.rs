@@ -1,0 +1,135 @@
+//! The `tasks` capability of a stage call: trials of the stage's candidate on **train**
+//! tasks only, run by the experiment's frozen engine on the frozen (digest-checked) task
+//! snapshot. The sandbox already refuses any name outside `train_tasks()`; this backend
+//! additionally builds its plan from the train split alone, so a gate or sealed task can
+//! never be run or named through it.
+
+use crate::sandbox::tasks::{RunRequest, TasksError, TrialReport};
+use crate::sandbox::types::TrialStatus as WitStatus;
+use crate::sandbox::{BoxFuture, TaskBackend};
+use crate::workspace::{Workspace, layout};
+use evaluator_harbor::agent::{AgentManifest, AgentSpec};
+use evaluator_harbor::engine::{Engine, EvaluationPlan, NoProgress, run_evaluation};
+use evaluator_harbor::result::{ScoringPolicy, TrialResult, TrialStatus};
+use evaluator_harbor::split::{FrozenTaskSet, SplitName};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Most trials one `run` call may ask for.
+pub const MAX_TRIALS_PER_CALL: usize = 200;
+/// Bytes of verifier output returned per trial.
+const VERIFIER_TAIL: usize = 2000;
+
+/// Train trials of one checkout's candidate.
+pub struct TrainTasks {
+    engine: Arc<dyn Engine>,
+    task_set: FrozenTaskSet,
+    checkout: PathBuf,
+    out_root: PathBuf,
+    policy: ScoringPolicy,
+    n_concurrent: usize,
+    calls: AtomicU32,
+    /// Σ of the agent-reported cost of every trial run through this backend.
+    spent: Mutex<f64>,
+}
+
+impl TrainTasks {
+    /// Trials of the candidate in `checkout` (its `target/` is the agent, its
+    /// `evaluator/tasks` the snapshot, verified against the frozen digests); trial
+    /// directories go under `out_root/run-<n>/`.
+    pub fn new(ws: &Workspace, engine: Arc<dyn Engine>, checkout: &Path, out_root: PathBuf) -> TrainTasks {
+        TrainTasks {
+            engine,
+            task_set: ws.task_set.clone(),
+            checkout: checkout.to_path_buf(),
+            out_root,
+            policy: ScoringPolicy {
+                coverage_floor: ws.engine.coverage_floor,
+                agent_timeout_is_zero: ws.engine.agent_timeout_is_zero,
+            },
+            n_concurrent: ws.engine.n_concurrent.max(1) as usize,
+            calls: AtomicU32::new(0),
+            spent: Mutex::new(0.0),
+        }
+    }
+
+    /// What the trials run so far reported spending.
+    pub fn spent_usd(&self) -> f64 {
+        *self.spent.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn run_trials(&self, request: RunRequest) -> Result<Vec<TrialReport>, TasksError> {
+        let mut seen = std::collections::BTreeSet::new();
+        if let Some(dup) = request.tasks.iter().find(|t| !seen.insert(t.as_str())) {
+            return Err(TasksError::InvalidRequest(format!("`{dup}` is named twice")));
+        }
+        // The sandbox refuses these already; refuse again so this backend is safe on its own.
+        if let Some(bad) = request.tasks.iter().find(|t| !self.task_set.split.train.contains(*t)) {
+            return Err(TasksError::UnknownTask(format!("`{bad}` is not a train task")));
+        }
+        let total = request.tasks.len().saturating_mul(request.repetitions as usize);
+        if total > MAX_TRIALS_PER_CALL {
+            return Err(TasksError::InvalidRequest(format!(
+                "{total} trials requested; at most {MAX_TRIALS_PER_CALL} per call"
+            )));
+        }
+        let manifest = AgentManifest::load(&self.checkout.join(layout::TARGET_DIR))
+            .map_err(|e| TasksError::Unavailable(format!("the candidate's agent is unusable: {e}")))?;
+        let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut plan = EvaluationPlan::for_split(
+            &self.task_set,
+            SplitName::Train,
+            &self.checkout.join(layout::TASKS_DIR),
+            AgentSpec::Target(manifest),
+            self.out_root.join(format!("run-{n}")),
+        );
+        plan.tasks.retain(|t| request.tasks.contains(&t.name));
+        plan.repetitions = request.repetitions;
+        plan.policy = self.policy;
+        plan.n_concurrent = self.n_concurrent;
+        let result = run_evaluation(self.engine.clone(), &plan, &NoProgress).await;
+        let cost: f64 = result.trials.iter().filter_map(|t| t.cost_usd).sum();
+        *self.spent.lock().unwrap_or_else(|p| p.into_inner()) += cost;
+        let mut reports: Vec<TrialReport> = result.trials.iter().map(report).collect();
+        reports.sort_by(|a, b| a.task.cmp(&b.task).then(a.repetition.cmp(&b.repetition)));
+        Ok(reports)
+    }
+}
+
+fn wit_status(s: TrialStatus) -> WitStatus {
+    match s {
+        TrialStatus::BenchmarkComplete => WitStatus::BenchmarkComplete,
+        TrialStatus::CandidateInvalid => WitStatus::CandidateInvalid,
+        TrialStatus::InfrastructureFailed => WitStatus::InfrastructureFailed,
+        TrialStatus::Timeout => WitStatus::Timeout,
+    }
+}
+
+fn report(t: &TrialResult) -> TrialReport {
+    let out = std::fs::read(t.logs.verifier_dir.join("test-stdout.txt")).unwrap_or_default();
+    let start = out.len().saturating_sub(VERIFIER_TAIL);
+    let mut verifier_output = String::from_utf8_lossy(&out[start..]).into_owned();
+    if let Some(e) = &t.error {
+        verifier_output.push_str(&format!("\n[{}] {}", e.kind, e.message));
+    }
+    TrialReport {
+        task: t.task.clone(),
+        repetition: t.repetition,
+        status: wit_status(t.status),
+        reward: t.reward.filter(|r| r.is_finite()),
+        verifier_output,
+        duration_ms: (t.wall_time_sec.max(0.0) * 1000.0) as u64,
+        cost_usd: t.cost_usd,
+    }
+}
+
+impl TaskBackend for TrainTasks {
+    fn train_tasks(&self) -> Vec<String> {
+        self.task_set.split.train.clone()
+    }
+    fn run(&self, request: RunRequest) -> BoxFuture<'_, Result<Vec<TrialReport>, TasksError>> {
+        Box::pin(self.run_trials(request))
+    }
+}
