@@ -486,3 +486,57 @@ fn the_tasks_capability_runs_train_tasks_only() {
         other => panic!("a gate task must be refused: {other:?}"),
     }
 }
+
+#[test]
+fn an_evaluation_refuses_a_commit_whose_evaluator_differs_from_gen0() {
+    use evolve::lifecycle::evaluate::{EvalError, EvalRequest, evaluate};
+    let e = Exp::new(&Spec::default());
+    e.init();
+    let ws = evolve::workspace::Workspace::open(&e.ws).unwrap();
+    // A commit that edits a verifier, built directly in the repository (as a hostile
+    // process with write access to it could).
+    let tampered = e.root().join("tampered");
+    ws.store.materialize(ws.genesis, &tampered).unwrap();
+    std::fs::write(tampered.join(format!("evaluator/tasks/{CANARY}-0/tests/test.sh")), "#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n").unwrap();
+    let snap = ws.store.snapshot(&tampered, Some(ws.genesis), &Default::default(), &|_| false).unwrap();
+    let commit = ws.store.commit(snap.tree, Some(ws.genesis), "tampered", false).unwrap();
+    let engine: std::sync::Arc<dyn evaluator_harbor::engine::Engine> =
+        std::sync::Arc::new(evaluator_harbor::engine::local::LocalEngine::default());
+    let req = EvalRequest {
+        genid: "1".into(),
+        parent: Some("0".into()),
+        commit,
+        purpose: "candidate",
+        split: evaluator_harbor::split::SplitName::Gate,
+        certified_attempts: vec![],
+    };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    match rt.block_on(evaluate(&ws, engine, &req, None)) {
+        Err(EvalError::EvaluatorChanged { .. }) => {}
+        other => panic!("expected the evaluator-tree check to refuse: {:?}", other.map(|e| e.outcome)),
+    }
+}
+
+#[test]
+fn every_shipped_recipe_checks() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../recipes");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.extension().and_then(|x| x.to_str()) != Some("yaml") {
+            continue;
+        }
+        n += 1;
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_evolve"))
+            .args(["recipe", "check"])
+            .arg(&path)
+            .env("EVOLVE_CACHE_DIR", ws::cache_dir())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}: {}", path.display(), text(&out));
+    }
+    assert!(n >= 1);
+    for r in evolve::recipe::BUILTIN {
+        assert!(dir.join(format!("{}.yaml", r.name)).is_file(), "built-in recipe {} ships as a file", r.name);
+    }
+}

@@ -1,0 +1,691 @@
+//! validate/minibatch_improvement: run the mutated child on the train minibatch its
+//! parent was rolled out on, and accept it only if its minibatch score clears the bar.
+//!
+//! The minibatch is `tasks` when configured, otherwise the tasks rollout/train chose for
+//! this generation, recomputed from the same `budget_tasks`, `sampling` and `seed` (the
+//! selection below is rollout/train's, to the letter, and pinned by the same tests):
+//! the recipe must give both operators the same values.
+//!
+//! Scoring: a trial's score is its reward; a `candidate-invalid` or `timeout` trial
+//! without a reward scores 0 (the child's own failure). An `infrastructure-failed` or
+//! `cancelled` trial, a completed trial without a reward, or a task with no trial makes
+//! the comparison incomplete, and an incomplete comparison is rejected with the reason.
+//! The child's minibatch score is the mean over tasks of the per-task mean score.
+//!
+//! The bar: the contract gives validate only the child (its checkout and `changed`), not
+//! the parent's rollout evidence, so the parent's score on the same tasks is out of
+//! reach. Until the host passes it, `baseline` (required) stands in for it: `strict`
+//! accepts child > baseline, `non_decreasing` child >= baseline.
+
+use std::path::Path;
+
+use evolve_operator_sdk::config::{array, integer, number, string};
+use evolve_operator_sdk::prelude::*;
+use evolve_operator_sdk::tasks::{self, RunRequest, TasksError, TrialReport};
+use sha2::{Digest, Sha256};
+
+pub struct MinibatchImprovement;
+
+/// Artifacts, relative to `/scratch`.
+pub const COMPARISON: &str = "comparison.json";
+pub const CHILD_CASES: &str = "child-cases.json";
+
+impl Operator for MinibatchImprovement {
+    const NAME: &'static str = "minibatch_improvement";
+    const SUMMARY: &'static str =
+        "Run the child on the rollout's train minibatch; accept if its mean beats `baseline`.";
+
+    fn config() -> SchemaBuilder {
+        Schema::new()
+            .field(
+                "baseline",
+                number().required().description(
+                    "Minibatch score (mean task reward) the child must beat; stands in for the \
+                     parent's rollout score, which validate cannot see",
+                ),
+            )
+            .field(
+                "criterion",
+                string()
+                    .default(json!("strict"))
+                    .choices([json!("strict"), json!("non_decreasing")])
+                    .description("strict: child > baseline; non_decreasing: child >= baseline"),
+            )
+            .field(
+                "tasks",
+                array(string())
+                    .minimum(1.0)
+                    .description("Explicit train tasks; otherwise rollout/train's selection"),
+            )
+            .field(
+                "budget_tasks",
+                integer()
+                    .default(json!(8))
+                    .minimum(1.0)
+                    .description("As rollout/train's budget_tasks"),
+            )
+            .field(
+                "sampling",
+                string()
+                    .default(json!("static"))
+                    .choices([json!("static"), json!("generation_shuffle")])
+                    .description("As rollout/train's sampling"),
+            )
+            .field(
+                "seed",
+                integer()
+                    .default(json!(0))
+                    .description("As rollout/train's seed"),
+            )
+            .field(
+                "repetitions",
+                integer()
+                    .default(json!(1))
+                    .minimum(1.0)
+                    .description("Trials per task"),
+            )
+            .refine(check_config)
+    }
+}
+
+fn check_config(c: &Map<String, Value>) -> Result<(), Vec<Violation>> {
+    let mut seen = Vec::new();
+    for t in c
+        .get("tasks")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if seen.contains(&t) {
+            return Err(vec![Violation::new("tasks", "must not name a task twice")]);
+        }
+        seen.push(t);
+    }
+    Ok(())
+}
+
+/// How the tasks are chosen (rollout/train's `sampling`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sampling {
+    Static,
+    GenerationShuffle,
+}
+
+impl Sampling {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "static" => Ok(Sampling::Static),
+            "generation_shuffle" => Ok(Sampling::GenerationShuffle),
+            other => Err(format!(
+                "config.sampling must be static or generation_shuffle, not {other:?}"
+            )),
+        }
+    }
+}
+
+/// rollout/train's order key: the hex SHA-256 of `"<seed>:<generation_id>\0<name>"`.
+pub fn shuffle_key(seed: i64, generation_id: &str, name: &str) -> String {
+    let digest = Sha256::digest(format!("{seed}:{generation_id}\0{name}").as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// rollout/train's selection: at most `budget` of `train`, chosen as `sampling` says.
+pub fn select_tasks(
+    train: &[String],
+    budget: usize,
+    sampling: Sampling,
+    seed: i64,
+    generation_id: &str,
+) -> Vec<String> {
+    let mut order: Vec<&String> = train.iter().collect();
+    if sampling == Sampling::GenerationShuffle {
+        let mut keyed: Vec<(String, &String)> = order
+            .into_iter()
+            .map(|t| (shuffle_key(seed, generation_id, t), t))
+            .collect();
+        keyed.sort();
+        order = keyed.into_iter().map(|(_, t)| t).collect();
+    }
+    order.into_iter().take(budget).cloned().collect()
+}
+
+/// The WIT name of a trial status.
+pub fn status_name(s: TrialStatus) -> &'static str {
+    match s {
+        TrialStatus::BenchmarkComplete => "benchmark-complete",
+        TrialStatus::CandidateInvalid => "candidate-invalid",
+        TrialStatus::InfrastructureFailed => "infrastructure-failed",
+        TrialStatus::Timeout => "timeout",
+        TrialStatus::Cancelled => "cancelled",
+    }
+}
+
+/// A trial's score, or why it has none (`None`: the trial cannot be scored).
+pub fn trial_score(t: &TrialReport) -> Option<f64> {
+    let reward = t.reward.filter(|r| r.is_finite());
+    match t.status {
+        TrialStatus::InfrastructureFailed | TrialStatus::Cancelled => None,
+        TrialStatus::BenchmarkComplete => reward,
+        TrialStatus::CandidateInvalid | TrialStatus::Timeout => Some(reward.unwrap_or(0.0)),
+    }
+}
+
+/// The child's minibatch result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Minibatch {
+    /// Per-task mean score, in minibatch order; `None` for a task with no scorable trial.
+    pub task_scores: Vec<(String, Option<f64>)>,
+    /// `task#repetition (status)` of every trial that cannot be scored, and
+    /// `task (no trial)` for a task the host returned nothing for.
+    pub unscorable: Vec<String>,
+    /// Mean of the task scores, when every task has one.
+    pub mean: Option<f64>,
+}
+
+/// Score the child's trials on `tasks`.
+pub fn score(tasks: &[String], reports: &[TrialReport]) -> Minibatch {
+    let mut task_scores = Vec::new();
+    let mut unscorable = Vec::new();
+    for task in tasks {
+        let mut trials: Vec<&TrialReport> = reports.iter().filter(|t| &t.task == task).collect();
+        trials.sort_by_key(|t| t.repetition);
+        if trials.is_empty() {
+            unscorable.push(format!("{task} (no trial)"));
+        }
+        let mut scores = Vec::new();
+        for t in trials {
+            match trial_score(t) {
+                Some(s) => scores.push(s),
+                None => unscorable.push(format!(
+                    "{task}#{} ({})",
+                    t.repetition,
+                    status_name(t.status)
+                )),
+            }
+        }
+        let mean = (!scores.is_empty()).then(|| scores.iter().sum::<f64>() / scores.len() as f64);
+        task_scores.push((task.clone(), mean));
+    }
+    let complete = unscorable.is_empty() && !tasks.is_empty();
+    let mean = complete.then(|| {
+        task_scores.iter().filter_map(|(_, s)| *s).sum::<f64>() / task_scores.len() as f64
+    });
+    Minibatch {
+        task_scores,
+        unscorable,
+        mean,
+    }
+}
+
+/// Accept or reject a scored minibatch against `baseline`.
+pub fn judge(m: &Minibatch, baseline: f64, strict: bool) -> (bool, String) {
+    let Some(mean) = m.mean else {
+        return (
+            false,
+            format!(
+                "minibatch comparison is incomplete (infrastructure failure or missing reward): {}",
+                m.unscorable.join(", ")
+            ),
+        );
+    };
+    let accept = if strict {
+        mean > baseline
+    } else {
+        mean >= baseline
+    };
+    let op = match (strict, accept) {
+        (true, true) => ">",
+        (true, false) => "<=",
+        (false, true) => ">=",
+        (false, false) => "<",
+    };
+    let verdict = if accept {
+        "improved"
+    } else {
+        "did not improve"
+    };
+    (
+        accept,
+        format!(
+            "minibatch {verdict}: child mean {mean:.6} {op} baseline {baseline:.6} (delta {:+.6})",
+            mean - baseline
+        ),
+    )
+}
+
+/// The whole operator with the host capability and `/scratch` passed in.
+pub fn validate_with(
+    ctx: &Context,
+    train: impl FnOnce() -> Vec<String>,
+    run: impl FnOnce(&RunRequest) -> Result<Vec<TrialReport>, TasksError>,
+    scratch: &Path,
+) -> Result<Validation, String> {
+    let baseline = ctx
+        .f64("baseline")
+        .filter(|b| b.is_finite())
+        .ok_or("config.baseline must be a finite number")?;
+    let strict = match ctx.str("criterion").unwrap_or("strict") {
+        "strict" => true,
+        "non_decreasing" => false,
+        other => {
+            return Err(format!(
+                "config.criterion must be strict or non_decreasing, not {other:?}"
+            ));
+        }
+    };
+    let repetitions = u32::try_from(ctx.i64("repetitions").unwrap_or(1))
+        .ok()
+        .filter(|r| *r >= 1)
+        .ok_or("config.repetitions must be an integer >= 1")?;
+    let minibatch: Vec<String> = match ctx.config.get("tasks").and_then(Value::as_array) {
+        Some(list) => list
+            .iter()
+            .map(|t| t.as_str().map(str::to_string))
+            .collect::<Option<_>>()
+            .ok_or("config.tasks must list task names")?,
+        None => {
+            let budget = ctx.i64("budget_tasks").unwrap_or(8);
+            if budget < 1 {
+                return Err("config.budget_tasks must be an integer >= 1".into());
+            }
+            let sampling = Sampling::parse(ctx.str("sampling").unwrap_or("static"))?;
+            let train = train();
+            if train.is_empty() {
+                return Ok(reject(
+                    "minibatch comparison is incomplete: this experiment has no train tasks",
+                ));
+            }
+            select_tasks(
+                &train,
+                usize::try_from(budget).unwrap_or(usize::MAX),
+                sampling,
+                ctx.i64("seed").unwrap_or(0),
+                &ctx.generation_id,
+            )
+        }
+    };
+    if minibatch.is_empty() {
+        return Err("config.tasks must name at least one task".into());
+    }
+    let request = RunRequest {
+        tasks: minibatch.clone(),
+        repetitions,
+    };
+    let reports = match run(&request) {
+        Ok(r) => r,
+        Err(TasksError::UnknownTask(name)) => {
+            return Err(format!("tasks: {name:?} is not a train task"));
+        }
+        Err(TasksError::InvalidRequest(msg)) => {
+            return Err(format!("tasks: invalid request: {msg}"));
+        }
+        Err(TasksError::BudgetExhausted) => {
+            return Ok(reject(
+                "minibatch comparison is incomplete: the experiment's budget is exhausted",
+            ));
+        }
+        Err(TasksError::Unavailable(msg)) => {
+            return Ok(reject(&format!(
+                "minibatch comparison is incomplete: tasks unavailable: {msg}"
+            )));
+        }
+    };
+    let m = score(&minibatch, &reports);
+    let (accept, reason) = judge(&m, baseline, strict);
+    let comparison = json!({
+        "criterion": if strict { "strict" } else { "non_decreasing" },
+        "baseline": baseline,
+        "tasks": minibatch,
+        "child_scores": Value::Object(
+            m.task_scores.iter().map(|(t, s)| (t.clone(), json!(s))).collect()
+        ),
+        "child_mean": m.mean,
+        "delta": m.mean.map(|x| x - baseline),
+        "complete": m.mean.is_some(),
+        "unscorable": m.unscorable,
+        "accepted": accept,
+    });
+    let cases: Vec<Value> = reports
+        .iter()
+        .map(|t| {
+            json!({
+                "task": t.task,
+                "repetition": t.repetition,
+                "status": status_name(t.status),
+                "reward": t.reward,
+                "verifier_output": t.verifier_output,
+                "duration_ms": t.duration_ms,
+                "cost_usd": t.cost_usd,
+            })
+        })
+        .collect();
+    for (name, value) in [(COMPARISON, comparison), (CHILD_CASES, Value::Array(cases))] {
+        let mut text = value.to_string();
+        text.push('\n');
+        std::fs::write(scratch.join(name), text)
+            .map_err(|e| format!("cannot write {name}: {e}"))?;
+    }
+    Ok(Validation {
+        accept,
+        reason,
+        artifacts: vec![COMPARISON.into(), CHILD_CASES.into()],
+    })
+}
+
+fn reject(reason: &str) -> Validation {
+    Validation {
+        accept: false,
+        reason: reason.into(),
+        artifacts: vec![],
+    }
+}
+
+impl Validate for MinibatchImprovement {
+    fn validate(ctx: &Context, _changed: &[String]) -> Result<Validation, String> {
+        validate_with(ctx, tasks::train_tasks, tasks::run, Path::new("/scratch"))
+    }
+}
+
+evolve_operator_sdk::export!(validate: MinibatchImprovement);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(n: usize) -> Vec<String> {
+        (1..=n).map(|i| format!("predict-{i:02}")).collect()
+    }
+
+    fn ctx(config: Value) -> Context {
+        let schema = <MinibatchImprovement as Operator>::config()
+            .build()
+            .unwrap();
+        Context::for_test(Value::Object(schema.normalize_value(&config).unwrap()))
+    }
+
+    fn report(task: &str, rep: u32, status: TrialStatus, reward: Option<f64>) -> TrialReport {
+        TrialReport {
+            task: task.into(),
+            repetition: rep,
+            status,
+            reward,
+            verifier_output: String::new(),
+            duration_ms: 5,
+            cost_usd: None,
+        }
+    }
+
+    fn done(task: &str, rep: u32, reward: f64) -> TrialReport {
+        report(task, rep, TrialStatus::BenchmarkComplete, Some(reward))
+    }
+
+    #[test]
+    fn selection_matches_rollout_train() {
+        // The same pins as rollout/train's tests: the two copies must not drift.
+        assert_eq!(
+            shuffle_key(0, "1", "predict-01"),
+            "bc549849a344e297f53bf68a40515b5ef676828c138a66654f35399b01ef30f3"
+        );
+        let train = names(12);
+        assert_eq!(
+            select_tasks(&train, 3, Sampling::Static, 5, "7"),
+            ["predict-01", "predict-02", "predict-03"]
+        );
+        let pick = |seed, g| select_tasks(&train, 4, Sampling::GenerationShuffle, seed, g);
+        assert_eq!(
+            pick(0, "1"),
+            ["predict-09", "predict-05", "predict-07", "predict-12"]
+        );
+        assert_eq!(
+            pick(0, "2"),
+            ["predict-09", "predict-10", "predict-06", "predict-02"]
+        );
+        assert_eq!(
+            pick(1, "1"),
+            ["predict-03", "predict-08", "predict-10", "predict-05"]
+        );
+    }
+
+    #[test]
+    fn scores_are_per_task_means_averaged_over_tasks() {
+        let m = score(
+            &names(2),
+            &[
+                done("predict-02", 1, 0.5),
+                done("predict-01", 0, 1.0),
+                done("predict-02", 0, 0.0),
+                report("predict-01", 1, TrialStatus::Timeout, None),
+            ],
+        );
+        assert_eq!(
+            m.task_scores,
+            vec![
+                ("predict-01".to_string(), Some(0.5)),
+                ("predict-02".to_string(), Some(0.25))
+            ]
+        );
+        assert!(m.unscorable.is_empty());
+        assert_eq!(m.mean, Some(0.375));
+    }
+
+    #[test]
+    fn infrastructure_and_missing_results_make_it_incomplete() {
+        let m = score(
+            &names(3),
+            &[
+                report("predict-01", 0, TrialStatus::InfrastructureFailed, None),
+                report("predict-02", 0, TrialStatus::BenchmarkComplete, None),
+                report("predict-02", 1, TrialStatus::Cancelled, Some(1.0)),
+                report("predict-09", 0, TrialStatus::BenchmarkComplete, Some(1.0)),
+            ],
+        );
+        assert_eq!(
+            m.unscorable,
+            [
+                "predict-01#0 (infrastructure-failed)",
+                "predict-02#0 (benchmark-complete)",
+                "predict-02#1 (cancelled)",
+                "predict-03 (no trial)"
+            ]
+        );
+        assert_eq!(m.mean, None);
+        assert_eq!(
+            judge(&m, 0.1, true),
+            (
+                false,
+                "minibatch comparison is incomplete (infrastructure failure or missing reward): \
+                 predict-01#0 (infrastructure-failed), predict-02#0 (benchmark-complete), \
+                 predict-02#1 (cancelled), predict-03 (no trial)"
+                    .to_string()
+            )
+        );
+    }
+
+    #[test]
+    fn strict_and_non_decreasing_criteria() {
+        let m = score(&names(1), &[done("predict-01", 0, 0.5)]);
+        assert_eq!(
+            judge(&m, 0.5, true),
+            (
+                false,
+                "minibatch did not improve: child mean 0.500000 <= baseline 0.500000 (delta +0.000000)"
+                    .to_string()
+            )
+        );
+        assert_eq!(
+            judge(&m, 0.5, false),
+            (
+                true,
+                "minibatch improved: child mean 0.500000 >= baseline 0.500000 (delta +0.000000)"
+                    .to_string()
+            )
+        );
+        assert_eq!(
+            judge(&m, 0.25, true),
+            (
+                true,
+                "minibatch improved: child mean 0.500000 > baseline 0.250000 (delta +0.250000)"
+                    .to_string()
+            )
+        );
+        assert_eq!(
+            judge(&m, 0.75, false),
+            (
+                false,
+                "minibatch did not improve: child mean 0.500000 < baseline 0.750000 (delta -0.250000)"
+                    .to_string()
+            )
+        );
+    }
+
+    #[test]
+    fn validate_runs_rollouts_selection_and_writes_the_comparison() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = ctx(
+            json!({"baseline": 0.5, "budget_tasks": 2, "sampling": "generation_shuffle",
+                               "repetitions": 2}),
+        );
+        c.generation_id = "2".into();
+        let mut seen = None;
+        let v = validate_with(
+            &c,
+            || names(12),
+            |req| {
+                seen = Some((req.tasks.clone(), req.repetitions));
+                Ok(vec![
+                    done("predict-09", 0, 1.0),
+                    done("predict-09", 1, 0.5),
+                    done("predict-10", 0, 0.25),
+                    report("predict-10", 1, TrialStatus::CandidateInvalid, None),
+                ])
+            },
+            dir.path(),
+        )
+        .unwrap();
+        assert_eq!(
+            seen,
+            Some((vec!["predict-09".to_string(), "predict-10".to_string()], 2))
+        );
+        // predict-10's candidate-invalid trial scores 0: (0.75 + 0.125) / 2.
+        assert!(!v.accept);
+        assert_eq!(
+            v.reason,
+            "minibatch did not improve: child mean 0.437500 <= baseline 0.500000 (delta -0.062500)"
+        );
+        assert_eq!(v.artifacts, ["comparison.json", "child-cases.json"]);
+        let comparison: Value = evolve_operator_sdk::serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join("comparison.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            comparison,
+            json!({"criterion": "strict", "baseline": 0.5, "tasks": ["predict-09", "predict-10"],
+                   "child_scores": {"predict-09": 0.75, "predict-10": 0.125},
+                   "child_mean": 0.4375, "delta": -0.0625, "complete": true, "unscorable": [],
+                   "accepted": false})
+        );
+        let cases = std::fs::read_to_string(dir.path().join("child-cases.json")).unwrap();
+        assert_eq!(cases.matches("\"task\"").count(), 4);
+    }
+
+    #[test]
+    fn explicit_tasks_skip_the_selection() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = ctx(json!({"baseline": 0.9, "criterion": "non_decreasing",
+                           "tasks": ["predict-07", "predict-03"]}));
+        let v = validate_with(
+            &c,
+            || unreachable!("explicit tasks need no train list"),
+            |req| {
+                assert_eq!(req.tasks, ["predict-07", "predict-03"]);
+                Ok(vec![done("predict-03", 0, 0.9), done("predict-07", 0, 0.9)])
+            },
+            dir.path(),
+        )
+        .unwrap();
+        assert!(v.accept);
+        assert_eq!(
+            v.reason,
+            "minibatch improved: child mean 0.900000 >= baseline 0.900000 (delta +0.000000)"
+        );
+    }
+
+    #[test]
+    fn infrastructure_rejects_and_misconfiguration_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = ctx(json!({"baseline": 0.0}));
+        let run = |e: TasksError| validate_with(&c, || names(3), |_| Err(e), dir.path());
+        let v = run(TasksError::BudgetExhausted).unwrap();
+        assert!(!v.accept);
+        assert_eq!(
+            v.reason,
+            "minibatch comparison is incomplete: the experiment's budget is exhausted"
+        );
+        let v = run(TasksError::Unavailable("no engine".into())).unwrap();
+        assert_eq!(
+            (v.accept, v.reason.as_str()),
+            (
+                false,
+                "minibatch comparison is incomplete: tasks unavailable: no engine"
+            )
+        );
+        assert_eq!(
+            run(TasksError::UnknownTask("x".into())).unwrap_err(),
+            "tasks: \"x\" is not a train task"
+        );
+        assert_eq!(
+            run(TasksError::InvalidRequest("dup".into())).unwrap_err(),
+            "tasks: invalid request: dup"
+        );
+        let v = validate_with(&c, Vec::new, |_| unreachable!(), dir.path()).unwrap();
+        assert_eq!(
+            (v.accept, v.reason.as_str()),
+            (
+                false,
+                "minibatch comparison is incomplete: this experiment has no train tasks"
+            )
+        );
+        // An infrastructure-failed trial rejects, with the artifacts written.
+        let v = validate_with(
+            &c,
+            || names(1),
+            |_| {
+                Ok(vec![report(
+                    "predict-01",
+                    0,
+                    TrialStatus::InfrastructureFailed,
+                    None,
+                )])
+            },
+            dir.path(),
+        )
+        .unwrap();
+        assert!(!v.accept);
+        assert!(v.reason.ends_with("predict-01#0 (infrastructure-failed)"));
+        assert_eq!(v.artifacts.len(), 2);
+    }
+
+    #[test]
+    fn schema_requires_a_baseline_and_unique_tasks() {
+        let schema = <MinibatchImprovement as Operator>::config()
+            .build()
+            .unwrap();
+        assert!(schema.normalize("{}").is_err());
+        assert_eq!(
+            Value::Object(schema.normalize(r#"{"baseline": 1}"#).unwrap()),
+            json!({"baseline": 1.0, "criterion": "strict", "budget_tasks": 8,
+                   "sampling": "static", "seed": 0, "repetitions": 1})
+        );
+        assert!(schema.normalize(r#"{"baseline": 0, "tasks": []}"#).is_err());
+        assert!(
+            schema
+                .normalize(r#"{"baseline": 0, "tasks": ["a", "a"]}"#)
+                .is_err()
+        );
+        assert!(
+            schema
+                .normalize(r#"{"baseline": 0, "criterion": "loose"}"#)
+                .is_err()
+        );
+    }
+}
