@@ -28,11 +28,18 @@ pub struct BuiltinRecipe {
 }
 
 /// The built-in recipes, usable by name with `evolve init --recipe NAME`.
-pub static BUILTIN: &[BuiltinRecipe] = &[BuiltinRecipe {
-    name: "local_demo",
-    summary: "offline default: the demo seed, perturb mutation, hill-climbing gate, local engine",
-    text: include_str!("../../recipes/local_demo.yaml"),
-}];
+pub static BUILTIN: &[BuiltinRecipe] = &[
+    BuiltinRecipe {
+        name: "local_demo",
+        summary: "offline default: the demo seed, perturb mutation, hill-climbing gate, local engine",
+        text: include_str!("../../recipes/local_demo.yaml"),
+    },
+    BuiltinRecipe {
+        name: "train_demo",
+        summary: "offline, every stage: train rollouts, failure analysis, perturb, minibatch validation, novelty, credit",
+        text: include_str!("../../recipes/train_demo.yaml"),
+    },
+];
 
 /// Find a built-in recipe by name.
 pub fn builtin(name: &str) -> Option<&'static BuiltinRecipe> {

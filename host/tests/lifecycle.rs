@@ -540,3 +540,31 @@ fn every_shipped_recipe_checks() {
         assert!(dir.join(format!("{}.yaml", r.name)).is_file(), "built-in recipe {} ships as a file", r.name);
     }
 }
+
+#[test]
+fn the_offline_pipeline_with_every_stage_runs_and_verifies() {
+    let tmp = tempfile::tempdir().unwrap();
+    let recipe = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../recipes/train_demo.yaml");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_evolve"))
+            .args(args)
+            .env("EVOLVE_KEY_DIR", tmp.path().join("keys"))
+            .env("EVOLVE_CACHE_DIR", ws::cache_dir())
+            .current_dir(tmp.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "evolve {args:?}: {}", text(&out));
+        out
+    };
+    run(&["init", "ws", "--recipe", recipe.to_str().unwrap()]);
+    run(&["run", "ws", "--max-generations", "2", "--quiet"]);
+    run(&["verify", "ws"]);
+    let g1 = tmp.path().join("ws/runs/gen-1");
+    for stage in ["rollout", "analyze", "mutate"] {
+        let result: Value = serde_json::from_slice(&std::fs::read(g1.join(stage).join("result.json")).unwrap()).unwrap();
+        assert!(result.get("ok").is_some(), "{stage}: {result}");
+    }
+    assert!(g1.join("rollout/train/run-1").is_dir(), "rollout ran train trials through the host");
+    let feedback = std::fs::read_to_string(g1.join("feedback/analyze.json")).unwrap();
+    assert!(feedback.contains("groups") || feedback.contains("failed_trials"), "{feedback}");
+}
