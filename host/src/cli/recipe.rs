@@ -1,4 +1,4 @@
-//! `evolve recipe check|schema`.
+//! `evolve recipe list|show|check|schema`.
 
 use super::{CliError, CliResult, print_json, runtime};
 use crate::recipe;
@@ -10,10 +10,17 @@ use std::process::ExitCode;
 
 #[derive(Subcommand)]
 pub enum RecipeCommand {
+    /// The built-in recipes (usable by name with `evolve init --recipe NAME`).
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a built-in recipe's YAML (a starting point for your own).
+    Show { name: String },
     /// Check a recipe and report every problem at once (its shape, each operator and
     /// each operator's configuration, normalized by the operator itself).
     #[command(
-        after_help = "Example:\n  evolve recipe check recipes/hill_climb.yaml\n\nExit status: 0 valid, 1 problems found, 2 usage errors."
+        after_help = "Example:\n  evolve recipe check recipes/local_demo.yaml\n\nExit status: 0 valid, 1 problems found, 2 usage errors."
     )]
     Check {
         path: PathBuf,
@@ -33,6 +40,23 @@ pub fn run(cmd: RecipeCommand) -> CliResult {
             Ok(ExitCode::SUCCESS)
         }
         RecipeCommand::Check { path, json } => check(&path, json),
+        RecipeCommand::List { json } => {
+            if json {
+                print_json(&json!(recipe::BUILTIN.iter().map(|r| json!({"name": r.name, "summary": r.summary})).collect::<Vec<_>>()));
+            } else {
+                for r in recipe::BUILTIN {
+                    println!("{:<14} {}", r.name, r.summary);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        RecipeCommand::Show { name } => match recipe::builtin(&name) {
+            Some(r) => {
+                print!("{}", r.text);
+                Ok(ExitCode::SUCCESS)
+            }
+            None => Err(CliError::usage(format!("no built-in recipe named `{name}`")).hint("`evolve recipe list` names them")),
+        },
     }
 }
 
