@@ -6,6 +6,7 @@
 pub mod builtin;
 pub mod cli;
 pub mod lifecycle;
+pub mod model;
 pub mod recipe;
 pub mod safe_tree;
 pub mod sandbox;

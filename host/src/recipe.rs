@@ -253,14 +253,24 @@ pub fn schema() -> Schema {
                 Fields::new()
                     .field(
                         "endpoint",
-                        string().description("OpenAI-compatible base URL"),
+                        string().description("OpenAI-compatible base URL (default: $EVOLVE_MODEL_ENDPOINT)"),
                     )
-                    .field("model", string())
+                    .field("model", string().description("Model name (default: $EVOLVE_MODEL)"))
                     .field(
                         "api_key_env",
-                        string().description("Name of the environment variable holding the key"),
+                        string().description("Name of the environment variable holding the key (default OPENAI_API_KEY)"),
                     )
-                    .field("prices", object(Fields::new()).additional_properties(true)),
+                    .field(
+                        "prices",
+                        object(
+                            Fields::new()
+                                .field("input_per_mtok_usd", number().minimum(0.0).description("USD per million prompt tokens"))
+                                .field("output_per_mtok_usd", number().minimum(0.0).description("USD per million completion tokens")),
+                        ),
+                    )
+                    .field("timeout_s", number().minimum(0.001).description("Bound on one chat call, retries included (default 120)"))
+                    .field("max_retries", integer().minimum(0.0).maximum(10.0).description("Retries on 429, 5xx and connection errors (default 3)"))
+                    .field("max_tokens", integer().minimum(1.0).description("Cap on an operator's max-tokens (default 4096)")),
             ),
         )
         .refine(cross_checks)

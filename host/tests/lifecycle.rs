@@ -471,17 +471,27 @@ fn the_tasks_capability_runs_train_tasks_only() {
     let ws = evolve::workspace::Workspace::open(&e.ws).unwrap();
     let engine: std::sync::Arc<dyn evaluator_harbor::engine::Engine> =
         std::sync::Arc::new(evaluator_harbor::engine::local::LocalEngine::default());
-    let backend = evolve::lifecycle::train::TrainTasks::new(&ws, engine, &e.ws, e.root().join("train-out"));
+    let backend =
+        evolve::lifecycle::train::TrainTasks::new(&ws, engine, &e.ws, e.root().join("train-out"));
     let train = backend.train_tasks();
     assert_eq!(train, ws.task_set.split.train);
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let reports = rt
-        .block_on(backend.run(RunRequest { tasks: train.clone(), repetitions: 2 }))
+        .block_on(backend.run(RunRequest {
+            tasks: train.clone(),
+            repetitions: 2,
+        }))
         .unwrap();
     assert_eq!(reports.len(), train.len() * 2);
     assert!(reports.iter().all(|r| r.reward == Some(0.1)), "{reports:?}");
     let gate = ws.task_set.split.gate[0].clone();
-    match rt.block_on(backend.run(RunRequest { tasks: vec![gate.clone()], repetitions: 1 })) {
+    match rt.block_on(backend.run(RunRequest {
+        tasks: vec![gate.clone()],
+        repetitions: 1,
+    })) {
         Err(TasksError::UnknownTask(m)) => assert!(m.contains("not a train task")),
         other => panic!("a gate task must be refused: {other:?}"),
     }
@@ -497,9 +507,19 @@ fn an_evaluation_refuses_a_commit_whose_evaluator_differs_from_gen0() {
     // process with write access to it could).
     let tampered = e.root().join("tampered");
     ws.store.materialize(ws.genesis, &tampered).unwrap();
-    std::fs::write(tampered.join(format!("evaluator/tasks/{CANARY}-0/tests/test.sh")), "#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n").unwrap();
-    let snap = ws.store.snapshot(&tampered, Some(ws.genesis), &Default::default(), &|_| false).unwrap();
-    let commit = ws.store.commit(snap.tree, Some(ws.genesis), "tampered", false).unwrap();
+    std::fs::write(
+        tampered.join(format!("evaluator/tasks/{CANARY}-0/tests/test.sh")),
+        "#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n",
+    )
+    .unwrap();
+    let snap = ws
+        .store
+        .snapshot(&tampered, Some(ws.genesis), &Default::default(), &|_| false)
+        .unwrap();
+    let commit = ws
+        .store
+        .commit(snap.tree, Some(ws.genesis), "tampered", false)
+        .unwrap();
     let engine: std::sync::Arc<dyn evaluator_harbor::engine::Engine> =
         std::sync::Arc::new(evaluator_harbor::engine::local::LocalEngine::default());
     let req = EvalRequest {
@@ -510,10 +530,16 @@ fn an_evaluation_refuses_a_commit_whose_evaluator_differs_from_gen0() {
         split: evaluator_harbor::split::SplitName::Gate,
         certified_attempts: vec![],
     };
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     match rt.block_on(evaluate(&ws, engine, &req, None)) {
         Err(EvalError::EvaluatorChanged { .. }) => {}
-        other => panic!("expected the evaluator-tree check to refuse: {:?}", other.map(|e| e.outcome)),
+        other => panic!(
+            "expected the evaluator-tree check to refuse: {:?}",
+            other.map(|e| e.outcome)
+        ),
     }
 }
 
@@ -537,14 +563,19 @@ fn every_shipped_recipe_checks() {
     }
     assert!(n >= 1);
     for r in evolve::recipe::BUILTIN {
-        assert!(dir.join(format!("{}.yaml", r.name)).is_file(), "built-in recipe {} ships as a file", r.name);
+        assert!(
+            dir.join(format!("{}.yaml", r.name)).is_file(),
+            "built-in recipe {} ships as a file",
+            r.name
+        );
     }
 }
 
 #[test]
 fn the_offline_pipeline_with_every_stage_runs_and_verifies() {
     let tmp = tempfile::tempdir().unwrap();
-    let recipe = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../recipes/train_demo.yaml");
+    let recipe =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../recipes/train_demo.yaml");
     let run = |args: &[&str]| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_evolve"))
             .args(args)
@@ -561,10 +592,125 @@ fn the_offline_pipeline_with_every_stage_runs_and_verifies() {
     run(&["verify", "ws"]);
     let g1 = tmp.path().join("ws/runs/gen-1");
     for stage in ["rollout", "analyze", "mutate"] {
-        let result: Value = serde_json::from_slice(&std::fs::read(g1.join(stage).join("result.json")).unwrap()).unwrap();
+        let result: Value =
+            serde_json::from_slice(&std::fs::read(g1.join(stage).join("result.json")).unwrap())
+                .unwrap();
         assert!(result.get("ok").is_some(), "{stage}: {result}");
     }
-    assert!(g1.join("rollout/train/run-1").is_dir(), "rollout ran train trials through the host");
+    assert!(
+        g1.join("rollout/train/run-1").is_dir(),
+        "rollout ran train trials through the host"
+    );
     let feedback = std::fs::read_to_string(g1.join("feedback/analyze.json")).unwrap();
-    assert!(feedback.contains("groups") || feedback.contains("failed_trials"), "{feedback}");
+    assert!(
+        feedback.contains("groups") || feedback.contains("failed_trials"),
+        "{feedback}"
+    );
+}
+
+/// A scripted OpenAI-compatible chat server on 127.0.0.1 (a test double for a paid API):
+/// every answer is `content` with 1,000 prompt and 500 completion tokens.
+fn chat_server(content: &'static str) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = calls.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut stream = stream;
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            loop {
+                let n = stream.read(&mut chunk).unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                let text = String::from_utf8_lossy(&buf);
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let len = text[..end]
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                        })
+                        .unwrap_or(0);
+                    if buf.len() >= end + 4 + len {
+                        break;
+                    }
+                }
+            }
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let body = json!({"choices": [{"message": {"role": "assistant", "content": content}}], "usage": {"prompt_tokens": 1000, "completion_tokens": 500}}).to_string();
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (url, calls)
+}
+
+#[test]
+fn model_calls_go_through_the_host_metered_logged_and_within_budget() {
+    let (url, calls) = chat_server("0.6");
+    // $1 per million tokens each way: one call costs $0.0015; the budget pays for two.
+    let e = Exp::new(&Spec {
+        generations: 3,
+        budget_usd: 0.0035,
+        mutate: json!({}),
+        model: Some(format!(
+            "{{endpoint: \"{url}\", model: test-model, api_key_env: EVOLVE_TEST_NO_KEY, prices: {{input_per_mtok_usd: 1, output_per_mtok_usd: 1}}}}"
+        )),
+        ..Spec::default()
+    });
+    let recipe = std::fs::read_to_string(e.root().join("recipe.yaml")).unwrap();
+    let recipe = recipe.replace(
+        &ws::component("scripted_mutate").display().to_string(),
+        &ws::component("model_mutate").display().to_string(),
+    );
+    std::fs::write(e.root().join("recipe.yaml"), recipe).unwrap();
+    e.init();
+    let out = e.evolve(&["run", "ws", "--json"]).output().unwrap();
+    let summary: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", text(&out)));
+    let log = e.log();
+    assert_eq!(row(&log, "1")["status"], "benchmark_complete", "{log:#?}");
+    assert!((row(&log, "1")["score"].as_f64().unwrap() - 0.6).abs() < 1e-9);
+    // The spend is metered by the host and archived with the generation.
+    let gen1 = e
+        .events()
+        .into_iter()
+        .find(|x| x["type"] == "generation" && x["genid"] == "1")
+        .unwrap();
+    assert!(
+        (gen1["body"]["cost_usd"].as_f64().unwrap() - 0.0015).abs() < 1e-12,
+        "{gen1}"
+    );
+    let logged = std::fs::read_to_string(e.ws.join("runs/gen-1/mutate/model/model.jsonl")).unwrap();
+    assert!(
+        logged.contains("test-model") && !logged.contains(&url),
+        "the log has the call, not the endpoint"
+    );
+    // Two calls fit; the third generation cannot be paid for.
+    assert_eq!(
+        summary["status"],
+        "budget_exhausted",
+        "{summary} {log:#?} {}",
+        e.events()
+            .iter()
+            .filter(|x| x["type"] == "status")
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        summary["spent_usd"].as_f64().unwrap() <= 0.0035 + 1e-12,
+        "{summary}"
+    );
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+    e.run_ok(&["verify", "ws"]);
 }

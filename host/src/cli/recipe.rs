@@ -42,7 +42,12 @@ pub fn run(cmd: RecipeCommand) -> CliResult {
         RecipeCommand::Check { path, json } => check(&path, json),
         RecipeCommand::List { json } => {
             if json {
-                print_json(&json!(recipe::BUILTIN.iter().map(|r| json!({"name": r.name, "summary": r.summary})).collect::<Vec<_>>()));
+                print_json(&json!(
+                    recipe::BUILTIN
+                        .iter()
+                        .map(|r| json!({"name": r.name, "summary": r.summary}))
+                        .collect::<Vec<_>>()
+                ));
             } else {
                 for r in recipe::BUILTIN {
                     println!("{:<14} {}", r.name, r.summary);
@@ -55,7 +60,10 @@ pub fn run(cmd: RecipeCommand) -> CliResult {
                 print!("{}", r.text);
                 Ok(ExitCode::SUCCESS)
             }
-            None => Err(CliError::usage(format!("no built-in recipe named `{name}`")).hint("`evolve recipe list` names them")),
+            None => Err(
+                CliError::usage(format!("no built-in recipe named `{name}`"))
+                    .hint("`evolve recipe list` names them"),
+            ),
         },
     }
 }

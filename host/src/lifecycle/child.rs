@@ -4,18 +4,19 @@
 //! typed, archived attempt.
 
 use super::evaluate::{EvalError, EvalRequest};
+use super::train::TrainTasks;
 use super::view::{self, row_json, row_view};
 use super::{Driver, Result, RunError, State, certified_attempts, fmt_score, status_body};
+use crate::model::MeteredModel;
 use crate::safe_tree::{self, TreeLimits};
 use crate::sandbox::types::{self as wit, Stage};
-use super::train::TrainTasks;
 use crate::sandbox::{Capabilities, NoModel, StageInput, StageOutput};
-use std::sync::Arc;
 use crate::workspace::layout;
 use evolve_archive::types;
 use evolve_snapshot::{Change, ChangeKind, Limits as SnapshotLimits, Oid};
 use serde_json::{Map, Value, json};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// What a genid still needs.
 #[derive(Debug, Clone, PartialEq)]
@@ -110,30 +111,75 @@ fn clip(s: &str, max: usize) -> String {
 #[derive(Default)]
 pub(crate) struct Meter {
     tasks: std::sync::Mutex<Vec<Arc<TrainTasks>>>,
+    models: std::sync::Mutex<Vec<Arc<MeteredModel>>>,
 }
 
 impl Meter {
-    /// Capabilities with train trials of the candidate in `checkout`.
+    /// Capabilities with the model (metered against what is left of the budget) and
+    /// train trials of the candidate in `checkout`.
     fn tasks(&self, d: &Driver, checkout: &Path, stage_dir: &Path) -> Capabilities {
-        let t = Arc::new(TrainTasks::new(&d.ws, d.engine.clone(), checkout, stage_dir.join("train")));
-        self.tasks.lock().unwrap_or_else(|p| p.into_inner()).push(t.clone());
-        Capabilities { model: Arc::new(NoModel), tasks: t }
+        let t = Arc::new(TrainTasks::new(
+            &d.ws,
+            d.engine.clone(),
+            checkout,
+            stage_dir.join("train"),
+        ));
+        self.tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(t.clone());
+        Capabilities {
+            model: self.model_backend(d, stage_dir),
+            tasks: t,
+        }
     }
 
     /// Capabilities of a stage that imports only `model`.
-    fn model(&self, _d: &Driver) -> Capabilities {
-        Capabilities::default()
+    fn model(&self, d: &Driver, stage_dir: &Path) -> Capabilities {
+        Capabilities {
+            model: self.model_backend(d, stage_dir),
+            tasks: Arc::new(crate::sandbox::NoTasks),
+        }
     }
 
-    fn spent(&self) -> f64 {
-        self.tasks.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|t| t.spent_usd()).sum()
+    fn model_backend(&self, d: &Driver, stage_dir: &Path) -> Arc<dyn crate::sandbox::ModelBackend> {
+        let Some(client) = &d.model else {
+            return Arc::new(NoModel);
+        };
+        let left = d.ws.recipe.experiment.budget_usd - d.state().spent() - self.spent();
+        let scope = Arc::new(client.scope(left.max(0.0), stage_dir.join("model")));
+        self.models
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(scope.clone());
+        scope
+    }
+
+    pub(crate) fn spent(&self) -> f64 {
+        let tasks: f64 = self
+            .tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|t| t.spent_usd())
+            .sum();
+        let models: f64 = self
+            .models
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|m| m.spent_usd())
+            .sum();
+        tasks + models
     }
 }
 
 impl Driver {
     /// Archive an early stop and discard the child's worktree.
+    #[allow(clippy::too_many_arguments)]
     fn early_stop(
         &self,
+        meter: &Meter,
         genid: &str,
         parent: &str,
         status: &str,
@@ -142,11 +188,10 @@ impl Driver {
         worktree: &Path,
     ) -> Result<()> {
         let reason = clip(&self.redactor.redact(reason), 4000);
-        self.append(
-            types::STATUS,
-            Some(genid),
-            status_body(status, stage, &reason, Some(parent)),
-        )?;
+        let mut body = status_body(status, stage, &reason, Some(parent));
+        // What the attempt's stages spent is charged even though it stopped early.
+        body.insert("cost_usd".into(), json!(meter.spent()));
+        self.append(types::STATUS, Some(genid), body)?;
         let _ = std::fs::remove_dir_all(worktree);
         let _ = std::fs::remove_file(
             self.ws
@@ -227,6 +272,7 @@ impl Driver {
             Ok(StageOutput::Evidence(e)) => e,
             Ok(_) => {
                 return self.early_stop(
+                    &meter,
                     genid,
                     &parent,
                     "operator_failed",
@@ -237,6 +283,7 @@ impl Driver {
             }
             Err(f) => {
                 return self.early_stop(
+                    &meter,
                     genid,
                     &parent,
                     "operator_failed",
@@ -257,7 +304,7 @@ impl Driver {
                     &wt,
                     &run_dir.join("analyze"),
                     None,
-                    meter.model(self),
+                    meter.model(self, &run_dir.join("analyze")),
                     StageInput::Analyze {
                         ctx,
                         rollout: rollout.clone(),
@@ -269,6 +316,7 @@ impl Driver {
                 Ok(StageOutput::Evidence(e)) => Some(e),
                 Ok(_) => {
                     return self.early_stop(
+                        &meter,
                         genid,
                         &parent,
                         "operator_failed",
@@ -279,6 +327,7 @@ impl Driver {
                 }
                 Err(f) => {
                     return self.early_stop(
+                        &meter,
                         genid,
                         &parent,
                         "operator_failed",
@@ -321,6 +370,7 @@ impl Driver {
             Ok(StageOutput::Proposal(p)) => p,
             Ok(_) => {
                 return self.early_stop(
+                    &meter,
                     genid,
                     &parent,
                     "operator_failed",
@@ -331,6 +381,7 @@ impl Driver {
             }
             Err(f) => {
                 return self.early_stop(
+                    &meter,
                     genid,
                     &parent,
                     "operator_failed",
@@ -351,6 +402,7 @@ impl Driver {
             Ok(s) => s,
             Err(e) => {
                 return self.early_stop(
+                    &meter,
                     genid,
                     &parent,
                     "invalid_proposal",
@@ -362,6 +414,7 @@ impl Driver {
         };
         if snap.changes.is_empty() {
             return self.early_stop(
+                &meter,
                 genid,
                 &parent,
                 "no_proposal",
@@ -383,6 +436,7 @@ impl Driver {
                 list.join("; ")
             );
             return self.early_stop(
+                &meter,
                 genid,
                 &parent,
                 "invalid_proposal",
@@ -415,6 +469,7 @@ impl Driver {
                 Ok(StageOutput::Validation(v)) if v.accept => {}
                 Ok(StageOutput::Validation(v)) => {
                     return self.early_stop(
+                        &meter,
                         genid,
                         &parent,
                         "rejected_validation",
@@ -425,6 +480,7 @@ impl Driver {
                 }
                 Ok(_) => {
                     return self.early_stop(
+                        &meter,
                         genid,
                         &parent,
                         "operator_failed",
@@ -435,6 +491,7 @@ impl Driver {
                 }
                 Err(f) => {
                     return self.early_stop(
+                        &meter,
                         genid,
                         &parent,
                         "operator_failed",
@@ -484,6 +541,7 @@ impl Driver {
                 Ok(StageOutput::Novelty(n)) if n.accept => {}
                 Ok(StageOutput::Novelty(n)) => {
                     return self.early_stop(
+                        &meter,
                         genid,
                         &parent,
                         "rejected_duplicate",
@@ -497,6 +555,7 @@ impl Driver {
                 }
                 Ok(_) => {
                     return self.early_stop(
+                        &meter,
                         genid,
                         &parent,
                         "operator_failed",
@@ -507,6 +566,7 @@ impl Driver {
                 }
                 Err(f) => {
                     return self.early_stop(
+                        &meter,
                         genid,
                         &parent,
                         "operator_failed",
@@ -821,14 +881,16 @@ impl Driver {
         let playbook = playbook_entries(&state);
         let ctx = self.stages.context(Stage::Reflect, genid, parent);
         let root = self.ws.root().to_path_buf();
+        let meter = Meter::default();
+        let reflect_dir = self.ws.paths.run_dir(genid).join("reflect");
         let out = self
             .stages
             .call(
                 Stage::Reflect,
                 &root,
-                &self.ws.paths.run_dir(genid).join("reflect"),
+                &reflect_dir,
                 None,
-                Default::default(),
+                meter.model(self, &reflect_dir),
                 StageInput::Reflect {
                     ctx,
                     archive,

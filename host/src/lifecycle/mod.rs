@@ -144,14 +144,22 @@ pub fn state_from(archive: &Archive, tag_lookup: &dyn Fn(&str) -> Option<String>
     let eligibility = eligibility(&rows, identity.as_ref(), tag_lookup);
     let champion = champion(&rows, &eligibility);
     let mut selections = std::collections::BTreeMap::new();
-    for e in archive.events_of_type("select").iter().filter(|e| e.certified) {
+    for e in archive
+        .events_of_type("select")
+        .iter()
+        .filter(|e| e.certified)
+    {
         let generation = e.event.body.get("generation").and_then(Value::as_u64);
         let parents: Vec<String> = e
             .event
             .body
             .get("parents")
             .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|p| p.as_str().map(str::to_string)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|p| p.as_str().map(str::to_string))
+                    .collect()
+            })
             .unwrap_or_default();
         if let (Some(g), false) = (generation, parents.is_empty()) {
             selections.insert(g, parents);
@@ -161,7 +169,14 @@ pub fn state_from(archive: &Archive, tag_lookup: &dyn Fn(&str) -> Option<String>
         .events_of_type("playbook")
         .iter()
         .filter(|e| e.certified)
-        .flat_map(|e| e.event.body.get("ops").and_then(Value::as_array).cloned().unwrap_or_default())
+        .flat_map(|e| {
+            e.event
+                .body
+                .get("ops")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        })
         .collect();
     State {
         spent: archive.total_cost_usd(),
@@ -203,6 +218,8 @@ pub struct Driver {
     stages: Stages,
     surface: Surface,
     engine: Arc<dyn Engine>,
+    /// The experiment's model client, when the recipe (or the environment) names one.
+    model: Option<crate::model::ModelClient>,
     redactor: Redactor,
     verbose: bool,
     _lock: RunLock,
@@ -244,6 +261,7 @@ impl Driver {
             surface.includes_dir(layout::OPERATORS_DIR),
         );
         let engine = make_engine(&ws.engine.engine).await?;
+        let model = model_client(&ws.recipe)?;
         let redactor = Redactor::new(&ws.task_set);
         Ok(Driver {
             ws,
@@ -251,6 +269,7 @@ impl Driver {
             stages,
             surface,
             engine,
+            model,
             redactor,
             verbose,
             _lock: lock,
@@ -802,6 +821,19 @@ pub fn estimate_per_child(state: &State) -> f64 {
         operator_spend / children.len() as f64
     };
     eval + mean_ops.max(0.0)
+}
+
+/// The experiment's model client (made inside the runtime that uses its connection
+/// pool), or `None` when no model is configured.
+fn model_client(recipe: &Recipe) -> Result<Option<crate::model::ModelClient>> {
+    let block = recipe.model.clone().unwrap_or(Value::Null);
+    let config = crate::model::ModelConfig::from_recipe(&block)
+        .map_err(|e| RunError::new(format!("recipe {e}")))?;
+    config
+        .map(|c| {
+            crate::model::ModelClient::new(c).map_err(|e| RunError::new(format!("recipe {e}")))
+        })
+        .transpose()
 }
 
 /// The surface of a recipe.

@@ -39,7 +39,12 @@ impl TrainTasks {
     /// Trials of the candidate in `checkout` (its `target/` is the agent, its
     /// `evaluator/tasks` the snapshot, verified against the frozen digests); trial
     /// directories go under `out_root/run-<n>/`.
-    pub fn new(ws: &Workspace, engine: Arc<dyn Engine>, checkout: &Path, out_root: PathBuf) -> TrainTasks {
+    pub fn new(
+        ws: &Workspace,
+        engine: Arc<dyn Engine>,
+        checkout: &Path,
+        out_root: PathBuf,
+    ) -> TrainTasks {
         TrainTasks {
             engine,
             task_set: ws.task_set.clone(),
@@ -63,20 +68,33 @@ impl TrainTasks {
     async fn run_trials(&self, request: RunRequest) -> Result<Vec<TrialReport>, TasksError> {
         let mut seen = std::collections::BTreeSet::new();
         if let Some(dup) = request.tasks.iter().find(|t| !seen.insert(t.as_str())) {
-            return Err(TasksError::InvalidRequest(format!("`{dup}` is named twice")));
+            return Err(TasksError::InvalidRequest(format!(
+                "`{dup}` is named twice"
+            )));
         }
         // The sandbox refuses these already; refuse again so this backend is safe on its own.
-        if let Some(bad) = request.tasks.iter().find(|t| !self.task_set.split.train.contains(*t)) {
-            return Err(TasksError::UnknownTask(format!("`{bad}` is not a train task")));
+        if let Some(bad) = request
+            .tasks
+            .iter()
+            .find(|t| !self.task_set.split.train.contains(*t))
+        {
+            return Err(TasksError::UnknownTask(format!(
+                "`{bad}` is not a train task"
+            )));
         }
-        let total = request.tasks.len().saturating_mul(request.repetitions as usize);
+        let total = request
+            .tasks
+            .len()
+            .saturating_mul(request.repetitions as usize);
         if total > MAX_TRIALS_PER_CALL {
             return Err(TasksError::InvalidRequest(format!(
                 "{total} trials requested; at most {MAX_TRIALS_PER_CALL} per call"
             )));
         }
-        let manifest = AgentManifest::load(&self.checkout.join(layout::TARGET_DIR))
-            .map_err(|e| TasksError::Unavailable(format!("the candidate's agent is unusable: {e}")))?;
+        let manifest =
+            AgentManifest::load(&self.checkout.join(layout::TARGET_DIR)).map_err(|e| {
+                TasksError::Unavailable(format!("the candidate's agent is unusable: {e}"))
+            })?;
         let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
         let mut plan = EvaluationPlan::for_split(
             &self.task_set,

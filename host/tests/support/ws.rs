@@ -41,6 +41,8 @@ pub struct Spec {
     pub generations: u32,
     pub extra_operators: String,
     pub budget_usd: f64,
+    /// A `model:` block (YAML flow mapping), if any.
+    pub model: Option<String>,
     /// What the agent reports it spent per trial (`cost.json`).
     pub agent_cost: Option<f64>,
 }
@@ -56,6 +58,7 @@ impl Default for Spec {
             generations: 2,
             extra_operators: String::new(),
             budget_usd: 0.0,
+            model: None,
             agent_cost: None,
         }
     }
@@ -118,7 +121,7 @@ impl Exp {
              \x20 mutate: {{operator: {mutate_op}, timeout_s: 60, config: {mutate}}}\n\
              \x20 gate: {{operator: {gate_op}, timeout_s: 60, config: {gate_cfg}}}\n\
              \x20 record: {{operator: notes}}\n{extra}\
-             evaluator: {{engine: local, dataset: tasks, splits: {{train: 0.25, gate: 0.5, sealed: 0.25, seed: 0}}, n_concurrent: 1}}\n",
+             evaluator: {{engine: local, dataset: tasks, splits: {{train: 0.25, gate: 0.5, sealed: 0.25, seed: 0}}, n_concurrent: 1}}\n{model}",
             gens = spec.generations,
             budget = spec.budget_usd,
             surface = surface.join(", "),
@@ -127,6 +130,10 @@ impl Exp {
             gate_op = spec.gate.0,
             gate_cfg = spec.gate.1,
             extra = spec.extra_operators,
+            model = spec
+                .model
+                .as_ref()
+                .map_or(String::new(), |m| format!("model: {m}\n")),
         );
         std::fs::write(r.join("recipe.yaml"), recipe).unwrap();
         let keys = r.join("keys");

@@ -1,0 +1,298 @@
+//! The shared HTTP side: one pooled client, the endpoint and the key; one attempt of a
+//! chat completion request, classified for the retry loop in [`super::meter`].
+
+use super::config::{ModelConfig, ModelConfigError, endpoint_parts};
+use super::meter::MeteredModel;
+use super::redact::{Redactor, truncate};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER, USER_AGENT};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Largest response body read from the provider.
+const MAX_BODY_BYTES: usize = 16 << 20;
+/// Longest provider message passed on in an error text.
+const MAX_MESSAGE_CHARS: usize = 300;
+
+/// The experiment's connection to its model provider, shared by every stage call;
+/// [`scope`](Self::scope) makes the metered backend one call gets.
+#[derive(Clone)]
+pub struct ModelClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: ModelConfig,
+    url: hyper::Uri,
+    authorization: Option<HeaderValue>,
+    http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    redactor: Redactor,
+}
+
+impl fmt::Debug for ModelClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ModelClient")
+            .field("model", &self.inner.config.model)
+            .field("api_key_env", &self.inner.config.api_key_env)
+            .field("has_key", &self.inner.authorization.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ModelClient {
+    /// A client using the key in the variable `config.api_key_env` names (none when
+    /// it is unset or empty: fine for local servers).
+    pub fn new(config: ModelConfig) -> Result<Self, ModelConfigError> {
+        let key = std::env::var(&config.api_key_env).ok();
+        Self::with_api_key(config, key)
+    }
+
+    /// A client with an explicit key (`None`: send no `Authorization` header).
+    pub fn with_api_key(
+        config: ModelConfig,
+        api_key: Option<String>,
+    ) -> Result<Self, ModelConfigError> {
+        config.validate()?;
+        let parts = endpoint_parts(&config.endpoint)?;
+        let key = api_key
+            .map(|k| k.trim().to_string())
+            .filter(|k| !k.is_empty());
+        if key.is_some() && !parts.https && !parts.is_loopback() {
+            return Err(ModelConfigError::new(
+                "model.endpoint",
+                format!(
+                    "is plain http to a host other than this machine, and the key in {} would \
+                     cross the network unencrypted: use https, or unset the key (or point \
+                     `api_key_env` at an unset variable) for a server that needs none",
+                    config.api_key_env
+                ),
+            ));
+        }
+        let authorization = match &key {
+            None => None,
+            Some(key) => {
+                let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+                    ModelConfigError::new(
+                        "model.api_key_env",
+                        format!("{} holds characters a key cannot have", config.api_key_env),
+                    )
+                })?;
+                value.set_sensitive(true);
+                Some(value)
+            }
+        };
+        let url: hyper::Uri = config
+            .completions_url()
+            .parse()
+            .map_err(|_| ModelConfigError::new("model.endpoint", "is not a URL"))?;
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
+            .map_err(|e| ModelConfigError::new("model.endpoint", format!("TLS setup: {e}")))?
+            .https_or_http()
+            .enable_http1()
+            .build();
+        let http = Client::builder(TokioExecutor::new()).build(connector);
+        let endpoint = config.endpoint.trim_end_matches('/').to_string();
+        let redactor = Redactor::new(
+            key.as_deref(),
+            vec![
+                config.completions_url(),
+                endpoint,
+                parts.authority.clone(),
+                parts.host.clone(),
+            ],
+        );
+        Ok(ModelClient {
+            inner: Arc::new(Inner {
+                config,
+                url,
+                authorization,
+                http,
+                redactor,
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.inner.config
+    }
+
+    /// Whether requests carry an `Authorization` header.
+    pub fn has_api_key(&self) -> bool {
+        self.inner.authorization.is_some()
+    }
+
+    /// A backend for one stage call: it refuses calls the remaining budget cannot pay
+    /// for, meters what the provider reports, and appends every attempt to
+    /// `<log_dir>/model.jsonl`.
+    pub fn scope(&self, budget_left_usd: f64, log_dir: PathBuf) -> MeteredModel {
+        MeteredModel::new(self.clone(), budget_left_usd, log_dir)
+    }
+
+    pub(crate) fn redactor(&self) -> &Redactor {
+        &self.inner.redactor
+    }
+
+    /// Send `body` once, waiting at most `limit` for the whole answer.
+    pub(crate) async fn attempt(&self, body: Bytes, limit: Duration) -> Attempt {
+        match tokio::time::timeout(limit, self.attempt_inner(body)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Attempt::Timeout,
+        }
+    }
+
+    async fn attempt_inner(&self, body: Bytes) -> Attempt {
+        let mut request = hyper::Request::post(self.inner.url.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .header(USER_AGENT, concat!("evolve/", env!("CARGO_PKG_VERSION")));
+        if let Some(auth) = &self.inner.authorization {
+            request = request.header(AUTHORIZATION, auth.clone());
+        }
+        let request = match request.body(Full::new(body)) {
+            Ok(r) => r,
+            Err(_) => {
+                return Attempt::Failed {
+                    status: None,
+                    reason: "the host could not build the request".into(),
+                };
+            }
+        };
+        let response = match self.inner.http.request(request).await {
+            Ok(r) => r,
+            // The error's own text can name the URL: say only what kind it was.
+            Err(e) if e.is_connect() => {
+                return Attempt::Retry {
+                    status: None,
+                    reason: "could not connect to the provider".into(),
+                    retry_after: None,
+                };
+            }
+            Err(_) => {
+                return Attempt::Retry {
+                    status: None,
+                    reason: "the connection to the provider failed".into(),
+                    retry_after: None,
+                };
+            }
+        };
+        let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(Duration::from_secs_f64);
+        let body = match Limited::new(response.into_body(), MAX_BODY_BYTES)
+            .collect()
+            .await
+        {
+            Ok(b) => b.to_bytes(),
+            Err(_) => {
+                return Attempt::Retry {
+                    status: Some(status),
+                    reason: "the provider's answer was cut off or too large".into(),
+                    retry_after: None,
+                };
+            }
+        };
+        let json: Option<Value> = serde_json::from_slice(&body).ok();
+        match status {
+            200..=299 => match json.as_ref().and_then(parse_completion) {
+                Some((content, usage)) => Attempt::Ok {
+                    status,
+                    content,
+                    usage,
+                },
+                None => Attempt::Failed {
+                    status: Some(status),
+                    reason: "the provider's answer is not a chat completion".into(),
+                },
+            },
+            429 | 500..=599 => Attempt::Retry {
+                status: Some(status),
+                reason: self.describe(status, json.as_ref(), &body),
+                retry_after,
+            },
+            400..=499 => Attempt::Refused {
+                status,
+                reason: self.describe(status, json.as_ref(), &body),
+            },
+            _ => Attempt::Failed {
+                status: Some(status),
+                reason: format!("unexpected HTTP {status} from the provider"),
+            },
+        }
+    }
+
+    /// "HTTP 400: <the provider's message>", redacted and bounded.
+    fn describe(&self, status: u16, json: Option<&Value>, body: &[u8]) -> String {
+        let message = json
+            .and_then(|j| {
+                let e = j.get("error")?;
+                e.get("message")
+                    .and_then(Value::as_str)
+                    .or_else(|| e.as_str())
+                    .map(str::to_string)
+            })
+            .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+        let message = self.inner.redactor.redact(message.trim());
+        let message = truncate(&message, MAX_MESSAGE_CHARS);
+        if message.is_empty() {
+            format!("HTTP {status}")
+        } else {
+            format!("HTTP {status}: {message}")
+        }
+    }
+}
+
+/// The content and (prompt, completion) tokens of an OpenAI chat completion.
+fn parse_completion(json: &Value) -> Option<(String, Option<(u64, u64)>)> {
+    let message = json.get("choices")?.get(0)?.get("message")?;
+    let content = match message.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Null) | None => String::new(),
+        Some(_) => return None,
+    };
+    let usage = json.get("usage").and_then(|u| {
+        Some((
+            u.get("prompt_tokens")?.as_u64()?,
+            u.get("completion_tokens")?.as_u64()?,
+        ))
+    });
+    Some((content, usage))
+}
+
+/// What one HTTP attempt came to. Reasons are already redacted.
+pub(crate) enum Attempt {
+    Ok {
+        status: u16,
+        content: String,
+        usage: Option<(u64, u64)>,
+    },
+    /// 429, 5xx or a connection error: worth another attempt.
+    Retry {
+        status: Option<u16>,
+        reason: String,
+        retry_after: Option<Duration>,
+    },
+    /// Another 4xx: the provider will not take this request.
+    Refused {
+        status: u16,
+        reason: String,
+    },
+    /// Not worth retrying (a malformed answer, an unexpected status).
+    Failed {
+        status: Option<u16>,
+        reason: String,
+    },
+    Timeout,
+}

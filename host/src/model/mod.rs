@@ -1,0 +1,27 @@
+//! The host side of the `model` capability: OpenAI-compatible chat completions over
+//! HTTP(S), metered against the experiment's budget and logged with secrets redacted.
+//!
+//! A [`ModelConfig`] comes from the recipe's `model:` block
+//! ([`ModelConfig::from_recipe`]); one [`ModelClient`] per experiment holds the pooled
+//! HTTP client, the endpoint and the key; each stage call gets its own
+//! [`MeteredModel`] from [`ModelClient::scope`], with the budget left and the
+//! directory its `model.jsonl` goes to. The lifecycle reads
+//! [`MeteredModel::spent_usd`] after the stage. See `docs/model.md`.
+//!
+//! Error texts handed to the operator never carry the endpoint, the key or a header:
+//! transport errors are reduced to their kind, and provider messages go through the
+//! same redaction as the log.
+
+mod client;
+mod config;
+mod meter;
+mod redact;
+
+pub use client::ModelClient;
+pub use config::{
+    DEFAULT_API_KEY_ENV, ENDPOINT_ENV, MODEL_ENV, ModelConfig, ModelConfigError, PRICE_KEYS,
+    Prices, RECIPE_KEYS,
+};
+pub use meter::{
+    LOG_FILE, MeteredModel, TOKENS_PER_MESSAGE, Usage, estimate_input_tokens, estimate_tokens,
+};
