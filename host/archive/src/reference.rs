@@ -452,7 +452,8 @@ pub fn fold(events: &[LoggedEvent]) -> Vec<Row> {
                     row.failure_stage = str_field(body, "failure_stage");
                     row.reason = str_field(body, "reason");
                     if row.parent.is_none()
-                        && let Some(p) = str_field(body, "parent").filter(|p| check_genid(p).is_ok())
+                        && let Some(p) =
+                            str_field(body, "parent").filter(|p| check_genid(p).is_ok())
                     {
                         row.parent = Some(p);
                     }
