@@ -140,7 +140,10 @@ fn initialize(a: &InitArgs) -> Result<init::Initialized, CliError> {
 }
 
 pub fn init_cmd(a: InitArgs) -> CliResult {
-    let done = initialize(&a)?;
+    print_init(&a, &initialize(&a)?, true)
+}
+
+fn print_init(a: &InitArgs, done: &init::Initialized, next: bool) -> CliResult {
     if a.json {
         print_json(&json!({
             "workspace": done.root, "experiment": done.experiment_id, "commit": done.commit,
@@ -161,7 +164,9 @@ pub fn init_cmd(a: InitArgs) -> CliResult {
             "  signing key: {} (keep it private; the public key is keys/archive.pub)",
             done.key_path.display()
         );
-        println!("next: evolve run {}", a.dir.display());
+        if next {
+            println!("next: evolve run {}", a.dir.display());
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -737,10 +742,9 @@ pub fn demo_cmd(a: DemoArgs) -> CliResult {
             tasks: None,
             json: a.json,
         };
-        if a.json {
-            initialize(&args)?;
-        } else {
-            init_cmd(args)?;
+        let done = initialize(&args)?;
+        if !a.json {
+            print_init(&args, &done, false)?;
         }
     }
     let code = run_cmd(RunArgs {

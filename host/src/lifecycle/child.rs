@@ -620,9 +620,21 @@ impl Driver {
         self.ensure_tag(genid, commit)?;
         let _ = std::fs::remove_dir_all(&wt);
         let _ = std::fs::remove_file(run_dir.join(super::repair::FORK_MARKER));
+        let notes = proposal
+            .notes
+            .iter()
+            .take(3)
+            .map(|n| clip(n, 80))
+            .collect::<Vec<_>>()
+            .join("; ");
         self.say(format!(
-            "gen {genid}: committed {} change(s) as gen/{genid}",
-            changed.len()
+            "gen {genid}: committed {} change(s) as gen/{genid}{}",
+            changed.len(),
+            if notes.is_empty() {
+                String::new()
+            } else {
+                format!(" ({notes})")
+            }
         ));
         self.finish(genid, Some(parent), commit).await
     }
