@@ -106,6 +106,15 @@ fn clip(s: &str, max: usize) -> String {
     format!("{}… [{} more bytes]", &s[..end], s.len() - end)
 }
 
+/// One child being built: where it lives and what its stages spent.
+pub(crate) struct Attempt {
+    genid: String,
+    parent: String,
+    wt: PathBuf,
+    run_dir: PathBuf,
+    meter: Meter,
+}
+
 /// What one child's stage calls spent through host capabilities (train trials the
 /// agent reported, model calls metered by the host), charged to the generation.
 #[derive(Default)]
@@ -176,34 +185,46 @@ impl Meter {
 
 impl Driver {
     /// Archive an early stop and discard the child's worktree.
-    #[allow(clippy::too_many_arguments)]
-    fn early_stop(
-        &self,
-        meter: &Meter,
-        genid: &str,
-        parent: &str,
-        status: &str,
-        stage: Option<&str>,
-        reason: &str,
-        worktree: &Path,
-    ) -> Result<()> {
+    /// Archive an early stop (with what the attempt spent) and discard its worktree.
+    fn stop(&self, a: &Attempt, status: &str, stage: &str, reason: &str) -> Result<()> {
         let reason = clip(&self.redactor.redact(reason), 4000);
-        let mut body = status_body(status, stage, &reason, Some(parent));
+        let mut body = status_body(status, Some(stage), &reason, Some(&a.parent));
         // What the attempt's stages spent is charged even though it stopped early.
-        body.insert("cost_usd".into(), json!(meter.spent()));
-        self.append(types::STATUS, Some(genid), body)?;
-        let _ = std::fs::remove_dir_all(worktree);
-        let _ = std::fs::remove_file(
-            self.ws
-                .paths
-                .run_dir(genid)
-                .join(super::repair::FORK_MARKER),
-        );
-        self.say(format!(
-            "gen {genid}: {status}{}: {reason}",
-            stage.map(|s| format!(" ({s})")).unwrap_or_default()
-        ));
+        body.insert("cost_usd".into(), json!(a.meter.spent()));
+        self.append(types::STATUS, Some(&a.genid), body)?;
+        let _ = std::fs::remove_dir_all(&a.wt);
+        let _ = std::fs::remove_file(a.run_dir.join(super::repair::FORK_MARKER));
+        self.say(format!("gen {}: {status} ({stage}): {reason}", a.genid));
         Ok(())
+    }
+
+    /// Call a stage on the child's fork. `None` means it failed and the attempt was
+    /// closed as `operator_failed`.
+    async fn fork_stage(
+        &self,
+        a: &Attempt,
+        stage: Stage,
+        feedback: Option<&Path>,
+        input: StageInput,
+        record: Value,
+    ) -> Result<Option<StageOutput>> {
+        let name = crate::sandbox::stage_name(stage);
+        let dir = a.run_dir.join(name);
+        let caps = match stage {
+            Stage::Analyze => a.meter.model(self, &dir),
+            Stage::Rollout | Stage::Mutate | Stage::Validate => a.meter.tasks(self, &a.wt, &dir),
+            _ => Capabilities::default(),
+        };
+        match self
+            .stages
+            .call(stage, &a.wt, &dir, feedback, caps, input, record)
+            .await
+        {
+            Ok(out) => Ok(Some(out)),
+            Err(f) => self
+                .stop(a, "operator_failed", name, &f.message)
+                .map(|_| None),
+        }
     }
 
     fn parent_view(&self, state: &State, parent: &str) -> Option<wit::ArchiveRow> {
@@ -212,216 +233,130 @@ impl Driver {
             .map(|r| row_view(r, state.eligible(parent), &self.redactor))
     }
 
-    /// Run a fresh child of `parent` as `genid`.
-    pub(crate) async fn run_child(&self, genid: &str, parent: String) -> Result<()> {
-        let state = self.state();
-        let parent_row = state
-            .row(&parent)
-            .ok_or_else(|| RunError::new(format!("parent {parent} has no archive row")))?;
-        let parent_commit = parent_row
-            .evaluation
-            .as_ref()
+    /// Fork the parent's certified commit into the child's worktree.
+    fn fork(&self, genid: &str, parent: &str, state: &State) -> Result<(Attempt, Oid)> {
+        let parent_commit = state
+            .row(parent)
+            .and_then(|r| r.evaluation.as_ref())
             .and_then(|e| e.candidate_commit())
             .and_then(|c| Oid::from_str(c).ok())
             .ok_or_else(|| RunError::new(format!("parent {parent} has no certified commit")))?;
-        let wt = self.ws.paths.worktree(genid);
-        let run_dir = self.ws.paths.run_dir(genid);
-        if let Some(p) = wt.parent() {
+        let a = Attempt {
+            genid: genid.to_string(),
+            parent: parent.to_string(),
+            wt: self.ws.paths.worktree(genid),
+            run_dir: self.ws.paths.run_dir(genid),
+            meter: Meter::default(),
+        };
+        if let Some(p) = a.wt.parent() {
             std::fs::create_dir_all(p)
                 .map_err(|e| RunError::new(format!("cannot create {}: {e}", p.display())))?;
         }
-        self.ws.store.materialize(parent_commit, &wt).map_err(|e| {
-            RunError::new(format!(
-                "cannot fork gen/{parent} into {}: {e}",
-                wt.display()
-            ))
-        })?;
+        self.ws
+            .store
+            .materialize(parent_commit, &a.wt)
+            .map_err(|e| {
+                RunError::new(format!(
+                    "cannot fork gen/{parent} into {}: {e}",
+                    a.wt.display()
+                ))
+            })?;
         super::stages::write_json(
-            &run_dir.join(super::repair::FORK_MARKER),
+            &a.run_dir.join(super::repair::FORK_MARKER),
             &json!({"parent": parent, "commit": parent_commit.to_string()}),
         );
+        Ok((a, parent_commit))
+    }
+
+    /// Run a fresh child of `parent` as `genid`.
+    pub(crate) async fn run_child(&self, genid: &str, parent: String) -> Result<()> {
+        let state = self.state();
         let parent_view = self
             .parent_view(&state, &parent)
             .ok_or_else(|| RunError::new(format!("parent {parent} has no archive row")))?;
+        let (a, parent_commit) = self.fork(genid, &parent, &state)?;
         self.say(format!(
             "gen {genid}: forked gen/{parent} (score {})",
-            fmt_score(parent_row.score())
+            fmt_score(parent_view.score)
         ));
         let p = Some(parent.as_str());
-        let meter = Meter::default();
+        let wrong = |stage: &str| format!("{stage} returned a result of another stage's kind");
 
         // Rollout and analyze run the parent's operators on the fork.
-        let ctx = self.stages.context(Stage::Rollout, genid, p);
+        let input = StageInput::Rollout {
+            ctx: self.stages.context(Stage::Rollout, genid, p),
+            parent: parent_view.clone(),
+        };
         let record = json!({"parent": row_json(&parent_view)});
         let rollout = match self
-            .stages
-            .call(
-                Stage::Rollout,
-                &wt,
-                &run_dir.join("rollout"),
-                None,
-                meter.tasks(self, &wt, &run_dir.join("rollout")),
-                StageInput::Rollout {
-                    ctx,
-                    parent: parent_view.clone(),
-                },
-                record,
-            )
-            .await
+            .fork_stage(&a, Stage::Rollout, None, input, record)
+            .await?
         {
-            Ok(StageOutput::Evidence(e)) => e,
-            Ok(_) => {
-                return self.early_stop(
-                    &meter,
-                    genid,
-                    &parent,
-                    "operator_failed",
-                    Some("rollout"),
-                    "rollout returned something other than evidence",
-                    &wt,
-                );
-            }
-            Err(f) => {
-                return self.early_stop(
-                    &meter,
-                    genid,
-                    &parent,
-                    "operator_failed",
-                    Some("rollout"),
-                    &f.message,
-                    &wt,
-                );
-            }
+            None => return Ok(()),
+            Some(StageOutput::Evidence(e)) => e,
+            Some(_) => return self.stop(&a, "operator_failed", "rollout", &wrong("rollout")),
         };
         let analysis = if self.stages.enabled(Stage::Analyze) {
-            let ctx = self.stages.context(Stage::Analyze, genid, p);
+            let input = StageInput::Analyze {
+                ctx: self.stages.context(Stage::Analyze, genid, p),
+                rollout: rollout.clone(),
+            };
             let record =
                 json!({"rollout": {"summary": rollout.summary, "artifacts": rollout.artifacts}});
             match self
-                .stages
-                .call(
-                    Stage::Analyze,
-                    &wt,
-                    &run_dir.join("analyze"),
-                    None,
-                    meter.model(self, &run_dir.join("analyze")),
-                    StageInput::Analyze {
-                        ctx,
-                        rollout: rollout.clone(),
-                    },
-                    record,
-                )
-                .await
+                .fork_stage(&a, Stage::Analyze, None, input, record)
+                .await?
             {
-                Ok(StageOutput::Evidence(e)) => Some(e),
-                Ok(_) => {
-                    return self.early_stop(
-                        &meter,
-                        genid,
-                        &parent,
-                        "operator_failed",
-                        Some("analyze"),
-                        "analyze returned something other than evidence",
-                        &wt,
-                    );
-                }
-                Err(f) => {
-                    return self.early_stop(
-                        &meter,
-                        genid,
-                        &parent,
-                        "operator_failed",
-                        Some("analyze"),
-                        &f.message,
-                        &wt,
-                    );
-                }
+                None => return Ok(()),
+                Some(StageOutput::Evidence(e)) => Some(e),
+                Some(_) => return self.stop(&a, "operator_failed", "analyze", &wrong("analyze")),
             }
         } else {
             None
         };
 
         // Mutate edits the fork, with a train-only feedback bundle.
-        let feedback = self.feedback_bundle(&run_dir, &parent_view, &rollout, analysis.as_ref())?;
-        let ctx = self.stages.context(Stage::Mutate, genid, p);
+        let feedback =
+            self.feedback_bundle(&a.run_dir, &parent_view, &rollout, analysis.as_ref())?;
+        let surface = &self.ws.recipe.surface;
         let observation = wit::Observation {
             rollout: Some(rollout.clone()),
             analysis: analysis.clone(),
             feedback_dir: Some("/feedback".into()),
             surface: wit::Surface {
-                includes: self.ws.recipe.surface.include.clone(),
-                excludes: self.ws.recipe.surface.exclude.clone(),
+                includes: surface.include.clone(),
+                excludes: surface.exclude.clone(),
             },
         };
-        let record = json!({"feedback": "feedback/", "surface": {"include": self.ws.recipe.surface.include, "exclude": self.ws.recipe.surface.exclude}});
+        let input = StageInput::Mutate {
+            ctx: self.stages.context(Stage::Mutate, genid, p),
+            observation,
+        };
+        let record = json!({"feedback": "feedback/", "surface": {"include": surface.include, "exclude": surface.exclude}});
         let proposal = match self
-            .stages
-            .call(
-                Stage::Mutate,
-                &wt,
-                &run_dir.join("mutate"),
-                Some(&feedback),
-                meter.tasks(self, &wt, &run_dir.join("mutate")),
-                StageInput::Mutate { ctx, observation },
-                record,
-            )
-            .await
+            .fork_stage(&a, Stage::Mutate, Some(&feedback), input, record)
+            .await?
         {
-            Ok(StageOutput::Proposal(p)) => p,
-            Ok(_) => {
-                return self.early_stop(
-                    &meter,
-                    genid,
-                    &parent,
-                    "operator_failed",
-                    Some("mutate"),
-                    "mutate returned something other than a proposal",
-                    &wt,
-                );
-            }
-            Err(f) => {
-                return self.early_stop(
-                    &meter,
-                    genid,
-                    &parent,
-                    "operator_failed",
-                    Some("mutate"),
-                    &f.message,
-                    &wt,
-                );
-            }
+            None => return Ok(()),
+            Some(StageOutput::Proposal(p)) => p,
+            Some(_) => return self.stop(&a, "operator_failed", "mutate", &wrong("mutate")),
         };
 
         // The surface check uses the actual tree, never the operator's claim.
         let snap = match self.ws.store.snapshot(
-            &wt,
+            &a.wt,
             Some(parent_commit),
             &SnapshotLimits::default(),
             &layout::skip_top_level,
         ) {
             Ok(s) => s,
             Err(e) => {
-                return self.early_stop(
-                    &meter,
-                    genid,
-                    &parent,
-                    "invalid_proposal",
-                    Some("mutate"),
-                    &format!("the mutated tree cannot be snapshotted: {e}"),
-                    &wt,
-                );
+                let why = format!("the mutated tree cannot be snapshotted: {e}");
+                return self.stop(&a, "invalid_proposal", "mutate", &why);
             }
         };
         if snap.changes.is_empty() {
-            return self.early_stop(
-                &meter,
-                genid,
-                &parent,
-                "no_proposal",
-                Some("mutate"),
-                "no changes to commit",
-                &wt,
-            );
+            return self.stop(&a, "no_proposal", "mutate", "no changes to commit");
         }
         let violations = self.surface.check(&snap.changes);
         if !violations.is_empty() {
@@ -435,146 +370,55 @@ impl Driver {
                 violations.len(),
                 list.join("; ")
             );
-            return self.early_stop(
-                &meter,
-                genid,
-                &parent,
-                "invalid_proposal",
-                Some("surface"),
-                &why,
-                &wt,
-            );
+            return self.stop(&a, "invalid_proposal", "surface", &why);
         }
         let changed = changed_paths(&snap.changes);
 
         // Validate and novelty run the parent's operators on the mutated tree.
         if self.stages.enabled(Stage::Validate) {
-            let ctx = self.stages.context(Stage::Validate, genid, p);
+            let input = StageInput::Validate {
+                ctx: self.stages.context(Stage::Validate, genid, p),
+                changed: changed.clone(),
+            };
             match self
-                .stages
-                .call(
+                .fork_stage(
+                    &a,
                     Stage::Validate,
-                    &wt,
-                    &run_dir.join("validate"),
                     None,
-                    meter.tasks(self, &wt, &run_dir.join("validate")),
-                    StageInput::Validate {
-                        ctx,
-                        changed: changed.clone(),
-                    },
+                    input,
                     json!({"changed": changed}),
                 )
-                .await
+                .await?
             {
-                Ok(StageOutput::Validation(v)) if v.accept => {}
-                Ok(StageOutput::Validation(v)) => {
-                    return self.early_stop(
-                        &meter,
-                        genid,
-                        &parent,
-                        "rejected_validation",
-                        Some("validate"),
-                        &format!("candidate validation rejected: {}", v.reason),
-                        &wt,
-                    );
+                None => return Ok(()),
+                Some(StageOutput::Validation(v)) if v.accept => {}
+                Some(StageOutput::Validation(v)) => {
+                    let why = format!("candidate validation rejected: {}", v.reason);
+                    return self.stop(&a, "rejected_validation", "validate", &why);
                 }
-                Ok(_) => {
-                    return self.early_stop(
-                        &meter,
-                        genid,
-                        &parent,
-                        "operator_failed",
-                        Some("validate"),
-                        "validate returned something other than a validation",
-                        &wt,
-                    );
-                }
-                Err(f) => {
-                    return self.early_stop(
-                        &meter,
-                        genid,
-                        &parent,
-                        "operator_failed",
-                        Some("validate"),
-                        &f.message,
-                        &wt,
-                    );
-                }
+                Some(_) => return self.stop(&a, "operator_failed", "validate", &wrong("validate")),
             }
         }
         if self.stages.enabled(Stage::Novelty) {
-            let parent_tree = self
-                .ws
-                .store
-                .tree_of(parent_commit)
-                .map_err(|e| RunError::new(e.to_string()))?;
-            let surface = &self.surface;
-            let patch = self
-                .ws
-                .store
-                .unified_diff(
-                    parent_tree,
-                    snap.tree,
-                    &|path: &str| surface.allows(path),
-                    256 << 10,
-                )
-                .unwrap_or_default();
-            let diff = wit::CandidateDiff {
-                changed_paths: changed.clone(),
-                patch,
-                recent_accepted: self.recent_accepted_diffs(&state, 5),
+            let diff = self.candidate_diff(&state, parent_commit, snap.tree, &changed)?;
+            let input = StageInput::Novelty {
+                ctx: self.stages.context(Stage::Novelty, genid, p),
+                diff,
             };
-            let ctx = self.stages.context(Stage::Novelty, genid, p);
             match self
-                .stages
-                .call(
-                    Stage::Novelty,
-                    &wt,
-                    &run_dir.join("novelty"),
-                    None,
-                    Default::default(),
-                    StageInput::Novelty { ctx, diff },
-                    json!({"changed": changed}),
-                )
-                .await
+                .fork_stage(&a, Stage::Novelty, None, input, json!({"changed": changed}))
+                .await?
             {
-                Ok(StageOutput::Novelty(n)) if n.accept => {}
-                Ok(StageOutput::Novelty(n)) => {
-                    return self.early_stop(
-                        &meter,
-                        genid,
-                        &parent,
-                        "rejected_duplicate",
-                        Some("novelty"),
-                        &format!(
-                            "novelty {:.3}: a near-duplicate of an accepted edit",
-                            n.novelty
-                        ),
-                        &wt,
+                None => return Ok(()),
+                Some(StageOutput::Novelty(n)) if n.accept => {}
+                Some(StageOutput::Novelty(n)) => {
+                    let why = format!(
+                        "novelty {:.3}: a near-duplicate of an accepted edit, or no edit",
+                        n.novelty
                     );
+                    return self.stop(&a, "rejected_duplicate", "novelty", &why);
                 }
-                Ok(_) => {
-                    return self.early_stop(
-                        &meter,
-                        genid,
-                        &parent,
-                        "operator_failed",
-                        Some("novelty"),
-                        "novelty returned something other than a verdict",
-                        &wt,
-                    );
-                }
-                Err(f) => {
-                    return self.early_stop(
-                        &meter,
-                        genid,
-                        &parent,
-                        "operator_failed",
-                        Some("novelty"),
-                        &f.message,
-                        &wt,
-                    );
-                }
+                Some(_) => return self.stop(&a, "operator_failed", "novelty", &wrong("novelty")),
             }
         }
 
@@ -612,14 +456,22 @@ impl Driver {
                     .collect::<Vec<_>>()
             ),
         );
-        body.insert("usage_claimed".into(), json!({"input_tokens": proposal.usage.input_tokens, "output_tokens": proposal.usage.output_tokens, "usd": if proposal.usage.usd.is_finite() { proposal.usage.usd } else { 0.0 }}));
-        // Metered spend of this generation's operator calls (the host meters model calls;
-        // an operator's own usage figure is kept only as a claim).
-        body.insert("cost_usd".into(), json!(meter.spent()));
+        let usd = if proposal.usage.usd.is_finite() {
+            proposal.usage.usd
+        } else {
+            0.0
+        };
+        body.insert(
+            "usage_claimed".into(),
+            json!({"input_tokens": proposal.usage.input_tokens, "output_tokens": proposal.usage.output_tokens, "usd": usd}),
+        );
+        // Metered spend of this generation's stage calls (the host meters model calls and
+        // train trials; an operator's own usage figure is kept only as a claim).
+        body.insert("cost_usd".into(), json!(a.meter.spent()));
         self.append(types::GENERATION, Some(genid), body)?;
         self.ensure_tag(genid, commit)?;
-        let _ = std::fs::remove_dir_all(&wt);
-        let _ = std::fs::remove_file(run_dir.join(super::repair::FORK_MARKER));
+        let _ = std::fs::remove_dir_all(&a.wt);
+        let _ = std::fs::remove_file(a.run_dir.join(super::repair::FORK_MARKER));
         let notes = proposal
             .notes
             .iter()
@@ -637,6 +489,38 @@ impl Driver {
             }
         ));
         self.finish(genid, Some(parent), commit).await
+    }
+
+    /// What novelty sees: the child's changed paths and surface diff, and the diffs of
+    /// the most recently kept children.
+    fn candidate_diff(
+        &self,
+        state: &State,
+        parent_commit: Oid,
+        tree: Oid,
+        changed: &[String],
+    ) -> Result<wit::CandidateDiff> {
+        let parent_tree = self
+            .ws
+            .store
+            .tree_of(parent_commit)
+            .map_err(|e| RunError::new(e.to_string()))?;
+        let surface = &self.surface;
+        let patch = self
+            .ws
+            .store
+            .unified_diff(
+                parent_tree,
+                tree,
+                &|path: &str| surface.allows(path),
+                256 << 10,
+            )
+            .unwrap_or_default();
+        Ok(wit::CandidateDiff {
+            changed_paths: changed.to_vec(),
+            patch,
+            recent_accepted: self.recent_accepted_diffs(state, 5),
+        })
     }
 
     /// Create `gen/<genid>` if it does not exist yet.
