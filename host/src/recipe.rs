@@ -39,6 +39,31 @@ pub static BUILTIN: &[BuiltinRecipe] = &[
         summary: "offline, every stage: train rollouts, failure analysis, perturb, minibatch validation, novelty, credit",
         text: include_str!("../../recipes/train_demo.yaml"),
     },
+    BuiltinRecipe {
+        name: "hill_climb",
+        summary: "needs a model: greedy select, train rollout, failure patterns, reflective rewrite of params.json, hill-climbing gate",
+        text: include_str!("../../recipes/hill_climb.yaml"),
+    },
+    BuiltinRecipe {
+        name: "gepa",
+        summary: "needs a model: GEPA, Pareto select, reflective round-robin component rewrite, minibatch validation",
+        text: include_str!("../../recipes/gepa.yaml"),
+    },
+    BuiltinRecipe {
+        name: "aevolve",
+        summary: "needs a model and an agent with prompt.md and skills/: A-Evolve prompt and skill edits, strict hill-climbing gate",
+        text: include_str!("../../recipes/aevolve.yaml"),
+    },
+    BuiltinRecipe {
+        name: "ahe",
+        summary: "needs a model: AHE, newest-parent select, replayed evaluation, failure patterns, multi-turn harness edits with train trials, hill-climbing gate",
+        text: include_str!("../../recipes/ahe.yaml"),
+    },
+    BuiltinRecipe {
+        name: "hyperagents",
+        summary: "needs a model: HyperAgents, score-child-prop select, replayed evaluation, edits to target/ and the operators' own policy, parent-eligible gate",
+        text: include_str!("../../recipes/hyperagents.yaml"),
+    },
 ];
 
 /// Find a built-in recipe by name.

@@ -249,9 +249,9 @@ macro_rules! __export_stage {
             struct __EvolveOperator;
             $crate::__export_meta!(validate, Validate, $ty);
             impl __evolve_world::exports::evolve::operator::validate::Guest for __EvolveOperator {
-                fn validate(ctx: CallContext, changed: Vec<String>) -> Result<Validation, String> {
+                fn validate(ctx: CallContext, changed: Vec<String>, rollout: Option<Evidence>) -> Result<Validation, String> {
                     $crate::__private::with_context(ctx, |c| {
-                        <$ty as $crate::Validate>::validate(c, &changed)
+                        <$ty as $crate::Validate>::validate(c, &changed, rollout.as_ref())
                     })
                 }
             }

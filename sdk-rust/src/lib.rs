@@ -35,6 +35,7 @@
 //! deadline; a panic becomes a trap whose message the host reports.
 
 mod context;
+pub mod edits;
 mod export;
 mod helpers;
 mod generated {
@@ -116,7 +117,12 @@ pub trait Mutate: Operator {
 
 /// Accept or reject the mutated, uncommitted candidate.
 pub trait Validate: Operator {
-    fn validate(ctx: &Context, changed: &[String]) -> Result<Validation, String>;
+    /// `rollout`: this generation's rollout evidence (the parent's run), when there is one.
+    fn validate(
+        ctx: &Context,
+        changed: &[String],
+        rollout: Option<&Evidence>,
+    ) -> Result<Validation, String>;
 }
 
 /// Judge whether the candidate's change is new enough to evaluate.

@@ -431,6 +431,7 @@ fn sample_input(stage: Stage, config: &str) -> StageInput {
         Stage::Validate => StageInput::Validate {
             ctx: ctx(Some("1")),
             changed: vec!["target/params.json".into()],
+            rollout: Some(samples::evidence()),
         },
         Stage::Novelty => StageInput::Novelty {
             ctx: ctx(Some("1")),

@@ -159,9 +159,9 @@ fn stage_body(stage: &str) -> (&'static str, &'static str, &'static str) {
         ),
         "validate" => (
             "Validate",
-            "    fn validate(_ctx: &Context, changed: &[String]) -> Result<Validation, String> {\n        \
+            "    fn validate(_ctx: &Context, changed: &[String], _rollout: Option<&Evidence>) -> Result<Validation, String> {\n        \
              Ok(Validation { accept: !changed.is_empty(), reason: format!(\"{} paths changed\", changed.len()), artifacts: vec![] })\n    }\n",
-            "        assert!(!TYPE::validate(&ctx, &[]).unwrap().accept);\n",
+            "        assert!(!TYPE::validate(&ctx, &[], None).unwrap().accept);\n",
         ),
         "novelty" => (
             "Novelty",

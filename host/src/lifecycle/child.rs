@@ -379,6 +379,7 @@ impl Driver {
             let input = StageInput::Validate {
                 ctx: self.stages.context(Stage::Validate, genid, p),
                 changed: changed.clone(),
+                rollout: Some(rollout.clone()),
             };
             match self
                 .fork_stage(

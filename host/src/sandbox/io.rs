@@ -29,6 +29,7 @@ pub enum StageInput {
     Validate {
         ctx: CallContext,
         changed: Vec<String>,
+        rollout: Option<Evidence>,
     },
     Novelty {
         ctx: CallContext,

@@ -435,10 +435,14 @@ async fn invoke(
                     .map(results::check_proposal),
             )
         }
-        StageInput::Validate { ctx, changed } => {
+        StageInput::Validate {
+            ctx,
+            changed,
+            rollout,
+        } => {
             let g = stage_guest!(validate);
             reported(
-                g.call_validate(&mut *store, &ctx, &changed)
+                g.call_validate(&mut *store, &ctx, &changed, rollout.as_ref())
                     .await?
                     .map(results::check_validation),
             )

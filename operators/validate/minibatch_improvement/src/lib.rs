@@ -1,10 +1,13 @@
 //! validate/minibatch_improvement: run the mutated child on the train minibatch its
 //! parent was rolled out on, and accept it only if its minibatch score clears the bar.
 //!
-//! The minibatch is `tasks` when configured, otherwise the tasks rollout/train chose for
-//! this generation, recomputed from the same `budget_tasks`, `sampling` and `seed` (the
-//! selection below is rollout/train's, to the letter, and pinned by the same tests):
-//! the recipe must give both operators the same values.
+//! The minibatch and the bar come from this generation's rollout evidence (the parent's
+//! run, which the host passes to validate): when it lists train trials
+//! (rollout/train's `trials`), the child runs on exactly the tasks the parent has a score
+//! for, and the bar is the parent's minibatch score on them. Without such evidence the
+//! minibatch is `tasks` when configured, otherwise rollout/train's selection recomputed
+//! from the same `budget_tasks`, `sampling` and `seed` (pinned by the same tests), and
+//! the bar is `baseline`; with neither, the child is rejected with the reason.
 //!
 //! Scoring: a trial's score is its reward; a `candidate-invalid` or `timeout` trial
 //! without a reward scores 0 (the child's own failure). An `infrastructure-failed` or
@@ -12,10 +15,7 @@
 //! the comparison incomplete, and an incomplete comparison is rejected with the reason.
 //! The child's minibatch score is the mean over tasks of the per-task mean score.
 //!
-//! The bar: the contract gives validate only the child (its checkout and `changed`), not
-//! the parent's rollout evidence, so the parent's score on the same tasks is out of
-//! reach. Until the host passes it, `baseline` (required) stands in for it: `strict`
-//! accepts child > baseline, `non_decreasing` child >= baseline.
+//! `strict` accepts child > bar, `non_decreasing` child >= bar.
 
 use std::path::Path;
 
@@ -33,15 +33,15 @@ pub const CHILD_CASES: &str = "child-cases.json";
 impl Operator for MinibatchImprovement {
     const NAME: &'static str = "minibatch_improvement";
     const SUMMARY: &'static str =
-        "Run the child on the rollout's train minibatch; accept if its mean beats `baseline`.";
+        "Run the child on its parent's rollout minibatch; accept if it beats the parent there.";
 
     fn config() -> SchemaBuilder {
         Schema::new()
             .field(
                 "baseline",
-                number().required().description(
-                    "Minibatch score (mean task reward) the child must beat; stands in for the \
-                     parent's rollout score, which validate cannot see",
+                number().description(
+                    "The bar when the rollout evidence has no train trials (e.g. rollout/noop): \
+                     the minibatch score the child must beat",
                 ),
             )
             .field(
@@ -253,17 +253,70 @@ pub fn judge(m: &Minibatch, baseline: f64, strict: bool) -> (bool, String) {
     )
 }
 
-/// The whole operator with the host capability and `/scratch` passed in.
+/// The parent's minibatch from rollout evidence in rollout/train's shape
+/// (`{"trials": [{"task", "repetition", "status", "reward"}, …]}`): the tasks it has a
+/// score for (in first-seen order) and its mean over them, scored like the child's.
+pub fn parent_minibatch(rollout: Option<&Evidence>) -> Option<(Vec<String>, f64)> {
+    let summary: Value = evolve_operator_sdk::serde_json::from_str(&rollout?.summary).ok()?;
+    let mut reports = Vec::new();
+    for t in summary.get("trials")?.as_array()? {
+        let status = match t.get("status")?.as_str()? {
+            "benchmark-complete" | "benchmark_complete" => TrialStatus::BenchmarkComplete,
+            "candidate-invalid" | "candidate_invalid" => TrialStatus::CandidateInvalid,
+            "timeout" => TrialStatus::Timeout,
+            "cancelled" => TrialStatus::Cancelled,
+            _ => TrialStatus::InfrastructureFailed,
+        };
+        reports.push(TrialReport {
+            task: t.get("task")?.as_str()?.to_string(),
+            repetition: t.get("repetition").and_then(Value::as_u64).unwrap_or(0) as u32,
+            status,
+            reward: t.get("reward").and_then(Value::as_f64),
+            verifier_output: String::new(),
+            duration_ms: 0,
+            cost_usd: None,
+        });
+    }
+    let mut tasks: Vec<String> = Vec::new();
+    for r in &reports {
+        if !tasks.contains(&r.task) {
+            tasks.push(r.task.clone());
+        }
+    }
+    let scored = score(&tasks, &reports);
+    let kept: Vec<(String, f64)> = scored
+        .task_scores
+        .into_iter()
+        .filter_map(|(t, s)| s.map(|s| (t, s)))
+        .collect();
+    if kept.is_empty() {
+        return None;
+    }
+    let mean = kept.iter().map(|(_, s)| s).sum::<f64>() / kept.len() as f64;
+    Some((kept.into_iter().map(|(t, _)| t).collect(), mean))
+}
+
+/// The whole operator with the rollout evidence, the host capability and `/scratch`
+/// passed in.
 pub fn validate_with(
     ctx: &Context,
+    rollout: Option<&Evidence>,
     train: impl FnOnce() -> Vec<String>,
     run: impl FnOnce(&RunRequest) -> Result<Vec<TrialReport>, TasksError>,
     scratch: &Path,
 ) -> Result<Validation, String> {
-    let baseline = ctx
-        .f64("baseline")
-        .filter(|b| b.is_finite())
-        .ok_or("config.baseline must be a finite number")?;
+    let parent = parent_minibatch(rollout);
+    let baseline = match (&parent, ctx.f64("baseline")) {
+        (Some((_, mean)), _) => *mean,
+        (None, Some(b)) if b.is_finite() => b,
+        (None, Some(_)) => return Err("config.baseline must be a finite number".into()),
+        (None, None) => {
+            return Ok(reject(
+                "no bar to compare with: the rollout evidence has no train trials (bind \
+                 rollout/train) and config.baseline is not set",
+            ));
+        }
+    };
     let strict = match ctx.str("criterion").unwrap_or("strict") {
         "strict" => true,
         "non_decreasing" => false,
@@ -277,13 +330,15 @@ pub fn validate_with(
         .ok()
         .filter(|r| *r >= 1)
         .ok_or("config.repetitions must be an integer >= 1")?;
-    let minibatch: Vec<String> = match ctx.config.get("tasks").and_then(Value::as_array) {
-        Some(list) => list
+    let minibatch: Vec<String> = match (&parent, ctx.config.get("tasks").and_then(Value::as_array))
+    {
+        (Some((tasks, _)), _) => tasks.clone(),
+        (None, Some(list)) => list
             .iter()
             .map(|t| t.as_str().map(str::to_string))
             .collect::<Option<_>>()
             .ok_or("config.tasks must list task names")?,
-        None => {
+        (None, None) => {
             let budget = ctx.i64("budget_tasks").unwrap_or(8);
             if budget < 1 {
                 return Err("config.budget_tasks must be an integer >= 1".into());
@@ -332,9 +387,15 @@ pub fn validate_with(
     };
     let m = score(&minibatch, &reports);
     let (accept, reason) = judge(&m, baseline, strict);
+    let reason = if parent.is_some() {
+        reason.replace("baseline", "parent")
+    } else {
+        reason
+    };
     let comparison = json!({
         "criterion": if strict { "strict" } else { "non_decreasing" },
         "baseline": baseline,
+        "baseline_from": if parent.is_some() { "parent rollout" } else { "config.baseline" },
         "tasks": minibatch,
         "child_scores": Value::Object(
             m.task_scores.iter().map(|(t, s)| (t.clone(), json!(s))).collect()
@@ -381,8 +442,18 @@ fn reject(reason: &str) -> Validation {
 }
 
 impl Validate for MinibatchImprovement {
-    fn validate(ctx: &Context, _changed: &[String]) -> Result<Validation, String> {
-        validate_with(ctx, tasks::train_tasks, tasks::run, Path::new("/scratch"))
+    fn validate(
+        ctx: &Context,
+        _changed: &[String],
+        rollout: Option<&Evidence>,
+    ) -> Result<Validation, String> {
+        validate_with(
+            ctx,
+            rollout,
+            tasks::train_tasks,
+            tasks::run,
+            Path::new("/scratch"),
+        )
     }
 }
 
@@ -549,6 +620,7 @@ mod tests {
         let mut seen = None;
         let v = validate_with(
             &c,
+            None,
             || names(12),
             |req| {
                 seen = Some((req.tasks.clone(), req.repetitions));
@@ -579,7 +651,8 @@ mod tests {
         .unwrap();
         assert_eq!(
             comparison,
-            json!({"criterion": "strict", "baseline": 0.5, "tasks": ["predict-09", "predict-10"],
+            json!({"criterion": "strict", "baseline": 0.5, "baseline_from": "config.baseline",
+                   "tasks": ["predict-09", "predict-10"],
                    "child_scores": {"predict-09": 0.75, "predict-10": 0.125},
                    "child_mean": 0.4375, "delta": -0.0625, "complete": true, "unscorable": [],
                    "accepted": false})
@@ -595,6 +668,7 @@ mod tests {
                            "tasks": ["predict-07", "predict-03"]}));
         let v = validate_with(
             &c,
+            None,
             || unreachable!("explicit tasks need no train list"),
             |req| {
                 assert_eq!(req.tasks, ["predict-07", "predict-03"]);
@@ -614,7 +688,7 @@ mod tests {
     fn infrastructure_rejects_and_misconfiguration_errors() {
         let dir = tempfile::tempdir().unwrap();
         let c = ctx(json!({"baseline": 0.0}));
-        let run = |e: TasksError| validate_with(&c, || names(3), |_| Err(e), dir.path());
+        let run = |e: TasksError| validate_with(&c, None, || names(3), |_| Err(e), dir.path());
         let v = run(TasksError::BudgetExhausted).unwrap();
         assert!(!v.accept);
         assert_eq!(
@@ -637,7 +711,7 @@ mod tests {
             run(TasksError::InvalidRequest("dup".into())).unwrap_err(),
             "tasks: invalid request: dup"
         );
-        let v = validate_with(&c, Vec::new, |_| unreachable!(), dir.path()).unwrap();
+        let v = validate_with(&c, None, Vec::new, |_| unreachable!(), dir.path()).unwrap();
         assert_eq!(
             (v.accept, v.reason.as_str()),
             (
@@ -648,6 +722,7 @@ mod tests {
         // An infrastructure-failed trial rejects, with the artifacts written.
         let v = validate_with(
             &c,
+            None,
             || names(1),
             |_| {
                 Ok(vec![report(
@@ -666,11 +741,11 @@ mod tests {
     }
 
     #[test]
-    fn schema_requires_a_baseline_and_unique_tasks() {
+    fn schema_takes_an_optional_baseline_and_unique_tasks() {
         let schema = <MinibatchImprovement as Operator>::config()
             .build()
             .unwrap();
-        assert!(schema.normalize("{}").is_err());
+        assert!(schema.normalize("{}").is_ok());
         assert_eq!(
             Value::Object(schema.normalize(r#"{"baseline": 1}"#).unwrap()),
             json!({"baseline": 1.0, "criterion": "strict", "budget_tasks": 8,
@@ -686,6 +761,77 @@ mod tests {
             schema
                 .normalize(r#"{"baseline": 0, "criterion": "loose"}"#)
                 .is_err()
+        );
+    }
+
+    fn rollout(trials: Value) -> Evidence {
+        Evidence {
+            summary: json!({"sampling": "static", "trials": trials}).to_string(),
+            artifacts: vec![],
+        }
+    }
+
+    #[test]
+    fn the_parent_rollout_sets_the_minibatch_and_the_bar() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = ctx(json!({"criterion": "strict", "baseline": 0.99}));
+        // The parent scored 0.5 on predict-03 and 0.25 on predict-07; predict-05 was an
+        // infrastructure failure, so it is left out of the comparison.
+        let parent = rollout(json!([
+            {"task": "predict-03", "repetition": 0, "status": "benchmark-complete", "reward": 0.5},
+            {"task": "predict-07", "repetition": 0, "status": "benchmark-complete", "reward": 0.25},
+            {"task": "predict-05", "repetition": 0, "status": "infrastructure-failed", "reward": null},
+        ]));
+        assert_eq!(
+            parent_minibatch(Some(&parent)),
+            Some((
+                vec!["predict-03".to_string(), "predict-07".to_string()],
+                0.375
+            ))
+        );
+        let mut asked = None;
+        let v = validate_with(
+            &c,
+            Some(&parent),
+            || unreachable!("the parent's tasks are used, not a fresh selection"),
+            |req| {
+                asked = Some(req.tasks.clone());
+                Ok(vec![done("predict-03", 0, 0.5), done("predict-07", 0, 0.5)])
+            },
+            dir.path(),
+        )
+        .unwrap();
+        assert_eq!(
+            asked,
+            Some(vec!["predict-03".to_string(), "predict-07".to_string()])
+        );
+        assert!(v.accept);
+        assert_eq!(
+            v.reason,
+            "minibatch improved: child mean 0.500000 > parent 0.375000 (delta +0.125000)"
+        );
+    }
+
+    #[test]
+    fn without_rollout_trials_or_baseline_the_child_is_rejected() {
+        let dir = tempfile::tempdir().unwrap();
+        let noop = Evidence {
+            summary: json!({"rollout": "noop"}).to_string(),
+            artifacts: vec![],
+        };
+        let v = validate_with(
+            &ctx(json!({})),
+            Some(&noop),
+            Vec::new,
+            |_| unreachable!(),
+            dir.path(),
+        )
+        .unwrap();
+        assert!(!v.accept);
+        assert!(
+            v.reason.starts_with("no bar to compare with"),
+            "{}",
+            v.reason
         );
     }
 }

@@ -7,10 +7,10 @@
 //! - `operators`: write `config.content` to `/operators/<config.path>`, then `climb`;
 //! - `replace_operator`: copy `/target/<config.path>` over `/operators/<config.content>`
 //!   (self-editing: the child's own stages load the replacement), then `climb`.
+//!
 //! `config.sleep_ms` busy-waits first (a reliably busy mutate for the kill tests).
 
 #[path = "../../attacks.rs"]
-#[allow(dead_code)]
 mod attacks;
 
 use evolve_operator_sdk::config::{integer, string};
