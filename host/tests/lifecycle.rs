@@ -714,3 +714,59 @@ fn model_calls_go_through_the_host_metered_logged_and_within_budget() {
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
     e.run_ok(&["verify", "ws"]);
 }
+
+#[test]
+fn the_gepa_recipe_runs_a_generation_end_to_end_against_a_chat_server() {
+    // The model (a scripted stand-in on 127.0.0.1) proposes the true parameters.
+    let (url, calls) = chat_server(
+        "The failures say the line is too flat.\n```json\n{\"slope\": 2.0, \"intercept\": 3.0}\n```\n",
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_evolve"))
+            .args(args)
+            .env("EVOLVE_KEY_DIR", tmp.path().join("keys"))
+            .env("EVOLVE_CACHE_DIR", ws::cache_dir())
+            .env("EVOLVE_MODEL_ENDPOINT", &url)
+            .env("EVOLVE_MODEL", "stand-in")
+            .env_remove("OPENAI_API_KEY")
+            .current_dir(tmp.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "evolve {args:?}: {}", text(&out));
+        out
+    };
+    run(&["init", "ws", "--recipe", "gepa"]);
+    run(&["run", "ws", "--max-generations", "1", "--quiet"]);
+    run(&["verify", "ws"]);
+    let e = std::fs::read_to_string(tmp.path().join("ws/.evolve/archive.jsonl")).unwrap();
+    let events: Vec<Value> = e
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let eval = events
+        .iter()
+        .find(|x| x["type"] == "evaluation" && x["genid"] == "1")
+        .expect("gen 1 was evaluated");
+    assert_eq!(eval["body"]["score"], 1.0, "the true parameters score 1");
+    let gen1 = events
+        .iter()
+        .find(|x| x["type"] == "generation" && x["genid"] == "1")
+        .unwrap();
+    assert!(
+        gen1["body"]["cost_usd"].as_f64().unwrap() > 0.0,
+        "the model call was metered: {gen1}"
+    );
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let validate: Value = serde_json::from_slice(
+        &std::fs::read(tmp.path().join("ws/runs/gen-1/validate/result.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        validate["ok"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("> parent"),
+        "{validate}"
+    );
+}
