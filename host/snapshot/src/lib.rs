@@ -20,10 +20,11 @@ mod error;
 mod materialize;
 mod pack;
 mod snapshot;
+mod statcache;
 mod surface;
 mod tree;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 
 use git2::{ObjectType, Repository, RepositoryInitOptions, RepositoryOpenFlags, Signature};
@@ -113,13 +114,21 @@ impl Default for Limits {
 ///
 /// A store keeps a bounded in-memory cache of small blob contents (64 MiB),
 /// so keep one store for the life of a run: repeated checkouts and snapshots
-/// of similar trees then skip most object reads and hashing. `Send` but not
-/// `Sync` (neither is `git2::Repository`): use it from one thread at a time.
+/// of similar trees then skip most object reads and hashing. It also
+/// remembers the `lstat` of every file [`Store::materialize`] wrote (for the
+/// last 64 directories), so a [`Store::snapshot`] of such a directory reads
+/// only the files whose `lstat` changed (see [`Store::materialize`]).
+/// `Send` but not `Sync` (neither is `git2::Repository`): use it from one
+/// thread at a time.
 pub struct Store {
     repo: Repository,
     dir: PathBuf,
     /// Recently seen small blobs, so repeated checkouts skip libgit2 reads.
     cache: RefCell<cache::BlobCache>,
+    /// What `materialize` wrote, by destination path.
+    stats: RefCell<statcache::StatCache>,
+    /// Files snapshots took from `stats` without reading them.
+    stat_hits: Cell<u64>,
 }
 
 impl std::fmt::Debug for Store {
@@ -147,6 +156,8 @@ impl Store {
             repo,
             dir: dir.to_path_buf(),
             cache: RefCell::default(),
+            stats: RefCell::default(),
+            stat_hits: Cell::new(0),
         })
     }
 
@@ -161,6 +172,8 @@ impl Store {
             repo,
             dir: dir.to_path_buf(),
             cache: RefCell::default(),
+            stats: RefCell::default(),
+            stat_hits: Cell::new(0),
         })
     }
 
@@ -179,6 +192,12 @@ impl Store {
     /// omitted (git cannot hold them). Only blobs that differ from the
     /// parent's entry are written, and unchanged directories reuse the
     /// parent's tree id.
+    ///
+    /// When this store materialized `dir` (the same path, as given), files
+    /// whose `lstat` (size, mtime and ctime to the ns, inode, device, mode)
+    /// still matches what was written are not read: their blob id is the one
+    /// written. The result is the same as without those records (which a
+    /// fresh store, e.g. in a resumed run, does not have).
     pub fn snapshot(
         &self,
         dir: &Path,
@@ -190,14 +209,31 @@ impl Store {
             Some(c) => Some(self.commit_tree(c)?),
             None => None,
         };
-        snapshot::snapshot(
+        let mut stats = self.stats.borrow_mut();
+        let (snapshot, hits) = snapshot::snapshot(
             &self.repo,
             &self.cache,
+            stats.get(dir),
             dir,
             parent_tree.as_ref(),
             limits,
             skip,
-        )
+        )?;
+        self.stat_hits.set(self.stat_hits.get() + hits);
+        Ok(snapshot)
+    }
+
+    /// How many files snapshots of this store have taken from the records
+    /// of [`Store::materialize`] instead of reading them (for tests and
+    /// benchmarks).
+    pub fn stat_cache_hits(&self) -> u64 {
+        self.stat_hits.get()
+    }
+
+    /// Drop what [`Store::materialize`] recorded about `dir` (e.g. once it
+    /// is removed); later snapshots of it read every file.
+    pub fn forget_worktree(&self, dir: &Path) {
+        self.stats.borrow_mut().remove(dir);
     }
 
     /// Write a commit of `tree` with the optional `parent`, signed by
@@ -240,9 +276,22 @@ impl Store {
     /// 0755. Gitlink entries, unknown modes and unsafe names (empty, `.`, `..`,
     /// containing `/`, any case of `.git`) are errors; `dest` may then be
     /// partially written and is left for the caller to inspect or remove.
+    ///
+    /// On ext2/3/4, XFS and Btrfs, the store remembers (in memory only, never
+    /// in `dest`) each written file's `lstat` with its blob id, and sets
+    /// `dest`'s own times once done, as a timestamp fence: a later
+    /// [`Store::snapshot`] of `dest` skips reading files whose `lstat` is
+    /// unchanged. Any change to a file's content changes its ctime, which
+    /// unprivileged processes cannot set; the reasoning, and why tmpfs is
+    /// excluded, is in `statcache.rs`. This relies on nothing else writing to
+    /// `dest` while this call runs.
     pub fn materialize(&self, commit: Oid, dest: &Path) -> Result<(), Error> {
+        self.stats.borrow_mut().remove(dest);
         let tree = self.commit_tree(commit)?;
-        materialize::materialize(&self.repo, &self.cache, &tree, dest)
+        if let Some(records) = materialize::materialize(&self.repo, &self.cache, &tree, dest)? {
+            self.stats.borrow_mut().insert(dest, records);
+        }
+        Ok(())
     }
 
     /// Create the lightweight tag `refs/tags/<name>` naming `commit`.

@@ -14,17 +14,19 @@ use rustix::fs::{AtFlags, CWD, Dir, FileType, Mode, OFlags, openat, readlinkat, 
 
 use crate::cache::BlobCache;
 use crate::error::{Error, git, io};
+use crate::statcache::{DirRecord, Record, Slot, StatKey, Worktree};
 use crate::tree::{self, Entry, MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE};
 use crate::{Change, ChangeKind, EntryKind, Limits, MAX_DEPTH, Snapshot, join};
 
 pub(crate) fn snapshot(
     repo: &Repository,
     cache: &RefCell<BlobCache>,
+    stats: Option<&Worktree>,
     dir: &Path,
     parent: Option<&Tree<'_>>,
     limits: &Limits,
     skip: &dyn Fn(&str) -> bool,
-) -> Result<Snapshot, Error> {
+) -> Result<(Snapshot, u64), Error> {
     // The root itself must be a real directory: a symlinked worktree root
     // would let its target stand in for the candidate.
     let root = openat(CWD, dir, dir_flags(), Mode::empty()).map_err(|e| match e {
@@ -33,10 +35,19 @@ pub(crate) fn snapshot(
         }
         e => io(dir, "opening snapshot root")(e.into()),
     })?;
+    // Records describe the directory materialize wrote, not whatever
+    // directory is at that path now.
+    let stats = stats.filter(|w| {
+        rustix::fs::fstat(&root)
+            .map(|st| w.same_root(&st))
+            .unwrap_or(false)
+    });
     let mut w = Walker {
         root: dir,
         repo,
         cache,
+        stats,
+        hits: 0,
         odb: repo.odb().map_err(git("opening the object database"))?,
         limits,
         entries: 0,
@@ -49,11 +60,12 @@ pub(crate) fn snapshot(
         // Everything was empty: the root is still a (empty) tree.
         None => w.write_tree(&mut [], None)?,
     };
+    let hits = w.hits;
     let mut changes = std::mem::take(&mut w.extras);
     let new_tree = tree::find_tree(repo, tree, "")?;
     tree::diff_trees(repo, parent, Some(&new_tree), "", 0, &mut changes)?;
     tree::sort_changes(&mut changes);
-    Ok(Snapshot { tree, changes })
+    Ok((Snapshot { tree, changes }, hits))
 }
 
 fn dir_flags() -> OFlags {
@@ -65,6 +77,10 @@ struct Walker<'r> {
     root: &'r Path,
     repo: &'r Repository,
     cache: &'r RefCell<BlobCache>,
+    /// What materialize wrote here, if this store did.
+    stats: Option<&'r Worktree>,
+    /// Files taken from `stats` without reading them.
+    hits: u64,
     odb: Odb<'r>,
     limits: &'r Limits,
     entries: usize,
@@ -89,6 +105,18 @@ impl<'r> Walker<'r> {
     ) -> Result<Option<Oid>, Error> {
         if depth > MAX_DEPTH {
             return Err(self.limit(rel.to_string(), "directory depth", MAX_DEPTH as u64));
+        }
+        let recorded = self.stats.and_then(|w| w.dir(rel));
+        // Below the root (which has skipped names and the parent's entries
+        // for them), a directory whose own lstat is as materialize left it
+        // still holds exactly the names it wrote: no need to list it.
+        if depth > 0
+            && let Some(r) = recorded
+            && let Some(dir_stat) = r.stat
+            && self.entries + r.slots.len() <= self.limits.max_entries
+            && rustix::fs::fstat(&fd).is_ok_and(|st| StatKey::of(&st) == dir_stat)
+        {
+            return self.recorded_dir(fd.as_fd(), rel, parent, depth, r);
         }
         // Read all names first; the directory stream owns `fd`, which stays
         // open as the base for the `openat`s below.
@@ -128,37 +156,15 @@ impl<'r> Walker<'r> {
                 self.extra(path, EntryKind::Submodule);
                 continue;
             }
-            let prev = parent.and_then(|t| t.get_name_bytes(&name));
-            let ftype = match ftype {
-                FileType::Unknown => {
-                    let st = statat(dfd, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW)
-                        .map_err(|e| self.io(&path, "inspecting", e.into()))?;
-                    FileType::from_raw_mode(st.st_mode)
-                }
-                t => t,
-            };
-            let stored = match ftype {
-                FileType::Directory => {
-                    let sub = openat(dfd, name.as_slice(), dir_flags(), Mode::empty())
-                        .map_err(|e| self.io(&path, "opening directory", e.into()))?;
-                    let prev_tree = match &prev {
-                        Some(p) if p.filemode() == MODE_TREE => {
-                            Some(tree::find_tree(self.repo, p.id(), &path)?)
-                        }
-                        _ => None,
-                    };
-                    self.dir(sub, &path, prev_tree.as_ref(), depth + 1, None)?
-                        .map(|id| (MODE_TREE, id))
-                }
-                FileType::Symlink => self.symlink(dfd, &name, &path, prev.map(|p| p.id()))?,
-                FileType::RegularFile => self.file(dfd, &name, &path, prev.map(|p| p.id()))?,
-                _ => {
-                    self.extra(path, EntryKind::Special);
-                    None
-                }
-            };
-            if let Some((mode, id)) = stored {
+            if ftype != FileType::Directory
+                && let Some(rec) = recorded.and_then(|r| r.leaf(&name))
+                && let Some((mode, id)) = self.unchanged(dfd, &name, &path, rec)?
+            {
                 entries.push(Entry { name, mode, id });
+                continue;
+            }
+            if let Some(e) = self.entry(dfd, name, ftype, &path, parent, depth)? {
+                entries.push(e);
             }
         }
         // The caller's skipped names are framework state: keep the parent's
@@ -179,6 +185,101 @@ impl<'r> Walker<'r> {
         }
         self.write_tree(&mut entries, parent.map(|p| p.id()))
             .map(Some)
+    }
+
+    /// A directory (not the root) whose names are those materialize wrote:
+    /// walk the recorded names instead of listing it. When every entry is
+    /// unchanged the tree is the recorded one, with nothing to hash.
+    fn recorded_dir(
+        &mut self,
+        dfd: BorrowedFd<'_>,
+        rel: &str,
+        parent: Option<&Tree<'_>>,
+        depth: usize,
+        r: &DirRecord,
+    ) -> Result<Option<Oid>, Error> {
+        self.entries += r.slots.len();
+        let mut unchanged = r.tree.is_some();
+        let mut entries = Vec::with_capacity(r.slots.len());
+        for (name, slot) in &r.slots {
+            // Recorded names are UTF-8 (materialize writes no other).
+            let path = join(rel, &String::from_utf8_lossy(name));
+            let (ftype, sub_tree) = match slot {
+                Slot::Leaf { rec, link } => {
+                    if let Some(rec) = rec
+                        && let Some((mode, id)) = self.unchanged(dfd, name, &path, rec)?
+                    {
+                        entries.push(Entry {
+                            name: name.to_vec(),
+                            mode,
+                            id,
+                        });
+                        continue;
+                    }
+                    let t = if *link {
+                        FileType::Symlink
+                    } else {
+                        FileType::RegularFile
+                    };
+                    (t, None)
+                }
+                Slot::Dir(tree) => (FileType::Directory, *tree),
+            };
+            let e = self.entry(dfd, name.to_vec(), ftype, &path, parent, depth)?;
+            unchanged &= sub_tree.is_some() && e.as_ref().map(|e| e.id) == sub_tree;
+            entries.extend(e);
+        }
+        if unchanged {
+            return Ok(r.tree);
+        }
+        if entries.is_empty() {
+            return Ok(None);
+        }
+        self.write_tree(&mut entries, parent.map(|p| p.id()))
+            .map(Some)
+    }
+
+    /// Snapshot one directory entry (a name that is neither skipped nor a
+    /// `.git`, listed as `ftype`); `None` for what is not stored.
+    fn entry(
+        &mut self,
+        dfd: BorrowedFd<'_>,
+        name: Vec<u8>,
+        ftype: FileType,
+        path: &str,
+        parent: Option<&Tree<'_>>,
+        depth: usize,
+    ) -> Result<Option<Entry>, Error> {
+        let prev = parent.and_then(|t| t.get_name_bytes(&name));
+        let ftype = match ftype {
+            FileType::Unknown => {
+                let st = statat(dfd, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW)
+                    .map_err(|e| self.io(path, "inspecting", e.into()))?;
+                FileType::from_raw_mode(st.st_mode)
+            }
+            t => t,
+        };
+        let stored = match ftype {
+            FileType::Directory => {
+                let sub = openat(dfd, name.as_slice(), dir_flags(), Mode::empty())
+                    .map_err(|e| self.io(path, "opening directory", e.into()))?;
+                let prev_tree = match &prev {
+                    Some(p) if p.filemode() == MODE_TREE => {
+                        Some(tree::find_tree(self.repo, p.id(), path)?)
+                    }
+                    _ => None,
+                };
+                self.dir(sub, path, prev_tree.as_ref(), depth + 1, None)?
+                    .map(|id| (MODE_TREE, id))
+            }
+            FileType::Symlink => self.symlink(dfd, &name, path, prev.map(|p| p.id()))?,
+            FileType::RegularFile => self.file(dfd, &name, path, prev.map(|p| p.id()))?,
+            _ => {
+                self.extra(path.to_string(), EntryKind::Special);
+                None
+            }
+        };
+        Ok(stored.map(|(mode, id)| Entry { name, mode, id }))
     }
 
     /// Hash a tree body; write it only when it is not the parent's.
@@ -272,6 +373,34 @@ impl<'r> Walker<'r> {
         let id = self.write_blob(&buf, prev, path);
         self.buf = buf;
         Ok(Some((mode, id?)))
+    }
+
+    /// The entry for a file or symlink whose `lstat` still matches what
+    /// materialize recorded (so its content is the recorded blob), charged
+    /// against the limits as reading it would be; `None` to read it.
+    fn unchanged(
+        &mut self,
+        dfd: BorrowedFd<'_>,
+        name: &[u8],
+        path: &str,
+        rec: &Record,
+    ) -> Result<Option<(i32, Oid)>, Error> {
+        let Ok(st) = statat(dfd, name, AtFlags::SYMLINK_NOFOLLOW) else {
+            return Ok(None);
+        };
+        let stat = StatKey::of(&st);
+        if stat != rec.stat {
+            return Ok(None);
+        }
+        let mode = match FileType::from_raw_mode(stat.mode()) {
+            FileType::Symlink => MODE_LINK,
+            FileType::RegularFile if stat.mode() & 0o100 != 0 => MODE_EXEC,
+            FileType::RegularFile => MODE_FILE,
+            _ => return Ok(None),
+        };
+        self.account(path, stat.size())?;
+        self.hits += 1;
+        Ok(Some((mode, rec.id)))
     }
 
     /// Charge `bytes` against the per-file and total limits.
