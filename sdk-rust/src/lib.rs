@@ -37,7 +37,9 @@
 mod context;
 pub mod edits;
 mod export;
+pub mod feedback;
 mod helpers;
+pub mod sampling;
 mod generated {
     // The contract's shared types and host capabilities, generated once here so that
     // every stage world (generated in the operator's crate) uses the same Rust types.

@@ -21,7 +21,6 @@ use std::path::Path;
 use evolve_operator_sdk::config::{integer, number, string};
 use evolve_operator_sdk::prelude::*;
 use evolve_operator_sdk::tasks::{self, RunRequest, TasksError, TrialReport};
-use sha2::{Digest, Sha256};
 
 pub struct Train;
 
@@ -80,69 +79,9 @@ impl Operator for Train {
     }
 }
 
-/// How the tasks are chosen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sampling {
-    Static,
-    GenerationShuffle,
-}
-
-impl Sampling {
-    pub fn parse(s: &str) -> Result<Self, String> {
-        match s {
-            "static" => Ok(Sampling::Static),
-            "generation_shuffle" => Ok(Sampling::GenerationShuffle),
-            other => Err(format!(
-                "config.sampling must be static or generation_shuffle, not {other:?}"
-            )),
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Sampling::Static => "static",
-            Sampling::GenerationShuffle => "generation_shuffle",
-        }
-    }
-}
-
-/// The hex SHA-256 of `"<seed>:<generation_id>\0<name>"`: a task's place in the
-/// generation_shuffle order.
-pub fn shuffle_key(seed: i64, generation_id: &str, name: &str) -> String {
-    let digest = Sha256::digest(format!("{seed}:{generation_id}\0{name}").as_bytes());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The tasks to run: at most `budget` of `train`, chosen as `sampling` says.
-pub fn select_tasks(
-    train: &[String],
-    budget: usize,
-    sampling: Sampling,
-    seed: i64,
-    generation_id: &str,
-) -> Vec<String> {
-    let mut order: Vec<&String> = train.iter().collect();
-    if sampling == Sampling::GenerationShuffle {
-        let mut keyed: Vec<(String, &String)> = order
-            .into_iter()
-            .map(|t| (shuffle_key(seed, generation_id, t), t))
-            .collect();
-        keyed.sort();
-        order = keyed.into_iter().map(|(_, t)| t).collect();
-    }
-    order.into_iter().take(budget).cloned().collect()
-}
-
-/// The WIT name of a trial status.
-pub fn status_name(s: TrialStatus) -> &'static str {
-    match s {
-        TrialStatus::BenchmarkComplete => "benchmark-complete",
-        TrialStatus::CandidateInvalid => "candidate-invalid",
-        TrialStatus::InfrastructureFailed => "infrastructure-failed",
-        TrialStatus::Timeout => "timeout",
-        TrialStatus::Cancelled => "cancelled",
-    }
-}
+pub use evolve_operator_sdk::sampling::{
+    Sampling, select_tasks, shuffle_key, trial_status_name as status_name,
+};
 
 /// A `tasks` error as the operator's error message.
 pub fn tasks_error(e: &TasksError) -> String {

@@ -22,7 +22,6 @@ use std::path::Path;
 use evolve_operator_sdk::config::{array, integer, number, string};
 use evolve_operator_sdk::prelude::*;
 use evolve_operator_sdk::tasks::{self, RunRequest, TasksError, TrialReport};
-use sha2::{Digest, Sha256};
 
 pub struct MinibatchImprovement;
 
@@ -104,61 +103,9 @@ fn check_config(c: &Map<String, Value>) -> Result<(), Vec<Violation>> {
     Ok(())
 }
 
-/// How the tasks are chosen (rollout/train's `sampling`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sampling {
-    Static,
-    GenerationShuffle,
-}
-
-impl Sampling {
-    pub fn parse(s: &str) -> Result<Self, String> {
-        match s {
-            "static" => Ok(Sampling::Static),
-            "generation_shuffle" => Ok(Sampling::GenerationShuffle),
-            other => Err(format!(
-                "config.sampling must be static or generation_shuffle, not {other:?}"
-            )),
-        }
-    }
-}
-
-/// rollout/train's order key: the hex SHA-256 of `"<seed>:<generation_id>\0<name>"`.
-pub fn shuffle_key(seed: i64, generation_id: &str, name: &str) -> String {
-    let digest = Sha256::digest(format!("{seed}:{generation_id}\0{name}").as_bytes());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// rollout/train's selection: at most `budget` of `train`, chosen as `sampling` says.
-pub fn select_tasks(
-    train: &[String],
-    budget: usize,
-    sampling: Sampling,
-    seed: i64,
-    generation_id: &str,
-) -> Vec<String> {
-    let mut order: Vec<&String> = train.iter().collect();
-    if sampling == Sampling::GenerationShuffle {
-        let mut keyed: Vec<(String, &String)> = order
-            .into_iter()
-            .map(|t| (shuffle_key(seed, generation_id, t), t))
-            .collect();
-        keyed.sort();
-        order = keyed.into_iter().map(|(_, t)| t).collect();
-    }
-    order.into_iter().take(budget).cloned().collect()
-}
-
-/// The WIT name of a trial status.
-pub fn status_name(s: TrialStatus) -> &'static str {
-    match s {
-        TrialStatus::BenchmarkComplete => "benchmark-complete",
-        TrialStatus::CandidateInvalid => "candidate-invalid",
-        TrialStatus::InfrastructureFailed => "infrastructure-failed",
-        TrialStatus::Timeout => "timeout",
-        TrialStatus::Cancelled => "cancelled",
-    }
-}
+pub use evolve_operator_sdk::sampling::{
+    Sampling, select_tasks, shuffle_key, trial_status_name as status_name,
+};
 
 /// A trial's score, or why it has none (`None`: the trial cannot be scored).
 pub fn trial_score(t: &TrialReport) -> Option<f64> {
