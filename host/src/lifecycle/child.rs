@@ -155,7 +155,7 @@ impl Meter {
         let Some(client) = &d.model else {
             return Arc::new(NoModel);
         };
-        let left = d.ws.recipe.experiment.budget_usd - d.state().spent() - self.spent();
+        let left = d.ws.recipe.experiment.budget_usd - d.spent() - self.spent();
         let scope = Arc::new(client.scope(left.max(0.0), stage_dir.join("model")));
         self.models
             .lock()
@@ -625,6 +625,11 @@ impl Driver {
         if self.gate(genid, parent, commit).await? {
             self.record(genid, parent, commit).await?;
             self.reflect(genid, parent).await?;
+        }
+        // Gate and record were the last readers of a discarded child's checkout; a kept
+        // one stays for select (loaded from the champion's commit).
+        if self.state().row(genid).and_then(|r| r.verdict.as_deref()) == Some("discard") {
+            self.drop_commit_checkout(commit);
         }
         Ok(())
     }

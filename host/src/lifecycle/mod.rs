@@ -288,6 +288,14 @@ impl Driver {
         state_of(&self.ws, &a)
     }
 
+    /// What the experiment has spent so far (the archive's ledger).
+    pub fn spent(&self) -> f64 {
+        self.archive
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .total_cost_usd()
+    }
+
     /// Append one event; an archive failure stops the run.
     pub(crate) fn append(
         &self,
@@ -708,6 +716,17 @@ impl Driver {
             )?;
         }
         Ok(())
+    }
+
+    /// Remove a commit's shared checkout once nothing will read it again.
+    pub(crate) fn drop_commit_checkout(&self, commit: Oid) {
+        let _ = std::fs::remove_dir_all(
+            self.ws
+                .paths
+                .runs()
+                .join("checkouts")
+                .join(commit.to_string()),
+        );
     }
 
     /// A read-only checkout of `commit` shared by the stages that only read it (select,
