@@ -556,17 +556,13 @@ impl Driver {
         }
     }
 
-    pub(crate) async fn finish_public(
+    /// Evaluate a committed child, then gate, record and reflect.
+    pub(crate) async fn finish(
         &self,
         genid: &str,
         parent: Option<String>,
         commit: Oid,
     ) -> Result<()> {
-        self.finish(genid, parent, commit).await
-    }
-
-    /// Evaluate a committed child, then gate, record and reflect.
-    async fn finish(&self, genid: &str, parent: Option<String>, commit: Oid) -> Result<()> {
         let state = self.state();
         let attempts = state
             .row(genid)

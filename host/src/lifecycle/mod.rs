@@ -426,7 +426,7 @@ impl Driver {
         let row0 = state
             .row("0")
             .ok_or_else(|| RunError::new("the archive has no generation 0 row"))?;
-        let commit = self.genesis_commit();
+        let commit = self.ws.genesis;
         match row0.evaluation.as_ref().and_then(|e| e.outcome()) {
             Some("benchmark_complete") => {}
             Some(other) => {
@@ -585,17 +585,12 @@ impl Driver {
             .as_deref()
             .and_then(|c| Oid::from_str(c).ok())
             .ok_or_else(|| RunError::new(format!("gen {genid} has no committed tree")))?;
-        self.finish_public(genid, row.parent.clone(), commit)
-            .await?;
+        self.finish(genid, row.parent.clone(), commit).await?;
         let state = self.state();
         Ok(state
             .row(genid)
             .and_then(|r| r.status.clone())
             .unwrap_or_else(|| "unknown".into()))
-    }
-
-    fn genesis_commit(&self) -> Oid {
-        self.ws.genesis
     }
 
     /// Run an evaluation; a changed evaluator is returned as an error for the caller to
