@@ -770,3 +770,31 @@ fn the_gepa_recipe_runs_a_generation_end_to_end_against_a_chat_server() {
         "{validate}"
     );
 }
+
+#[test]
+fn a_self_edited_operator_still_cannot_reach_the_evaluator_or_the_archive() {
+    // Mutate installs a gate that tries every path to the evaluator, the archive and the
+    // receipts; the child's own stages load it, and every attempt is denied.
+    let e = Exp::new(&Spec {
+        generations: 1,
+        mutate: json!({"action": "replace_operator", "path": "alt_gate.wasm", "content": "gate.wasm"}),
+        surface: vec!["target/value.txt".into(), "operators/**".into()],
+        ..Spec::default()
+    });
+    std::fs::copy(
+        ws::component("prying_gate"),
+        e.root().join("target/alt_gate.wasm"),
+    )
+    .unwrap();
+    e.init();
+    e.run_ok(&["run", "ws", "--quiet"]);
+    let show = e.json(&["show", "1", "-w", "ws", "--json"]);
+    let reason = show["row"]["gate_reason"].as_str().unwrap_or("");
+    assert_eq!(
+        reason.matches(": denied:").count(),
+        7,
+        "every attempt was made and denied: {reason}"
+    );
+    assert!(!reason.contains("BREACH"), "{reason}");
+    assert_eq!(show["row"]["verdict"], "keep");
+}
