@@ -534,7 +534,7 @@ fn an_evaluation_refuses_a_commit_whose_evaluator_differs_from_gen0() {
         .enable_all()
         .build()
         .unwrap();
-    match rt.block_on(evaluate(&ws, engine, &req, None)) {
+    match rt.block_on(evaluate(&ws, engine, &req)) {
         Err(EvalError::EvaluatorChanged { .. }) => {}
         other => panic!(
             "expected the evaluator-tree check to refuse: {:?}",

@@ -191,7 +191,7 @@ pub fn run_cmd(a: RunArgs) -> CliResult {
     if a.json {
         print_json(&serde_json::to_value(&summary).unwrap_or(Value::Null));
     } else {
-        let s = |x: Option<f64>| lifecycle_score(x);
+        let s = lifecycle::fmt_score;
         println!(
             "run {}: {} generation(s)",
             summary.status, summary.generations
@@ -226,10 +226,6 @@ pub fn run_cmd(a: RunArgs) -> CliResult {
     } else {
         ExitCode::from(1)
     })
-}
-
-fn lifecycle_score(x: Option<f64>) -> String {
-    x.map_or_else(|| "-".into(), |v| format!("{v:.4}"))
 }
 
 fn dry_run(ws: &Workspace, a: &RunArgs) -> CliResult {
@@ -503,7 +499,7 @@ pub fn show_cmd(a: GenArgs) -> CliResult {
     println!(
         "  status: {}  score: {}  verdict: {}",
         status_of(row),
-        lifecycle_score(row.score()),
+        lifecycle::fmt_score(row.score()),
         row.verdict.as_deref().unwrap_or("-")
     );
     if let Some(reason) = &row.reason {
@@ -523,7 +519,7 @@ pub fn show_cmd(a: GenArgs) -> CliResult {
         println!(
             "  sealed anchor: {} score {}",
             a.outcome().unwrap_or("-"),
-            lifecycle_score(a.score())
+            lifecycle::fmt_score(a.score())
         );
     }
     if !row.annotations.is_empty() {

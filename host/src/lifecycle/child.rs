@@ -576,7 +576,7 @@ impl Driver {
             split: self.ws.primary_split(),
             certified_attempts: attempts,
         };
-        let ev = match super::evaluate::evaluate(&self.ws, self.engine.clone(), &req, None).await {
+        let ev = match super::evaluate::evaluate(&self.ws, self.engine.clone(), &req).await {
             Ok(ev) => ev,
             Err(e @ EvalError::EvaluatorChanged { .. }) => {
                 let reason = e.to_string();

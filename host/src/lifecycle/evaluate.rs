@@ -8,7 +8,7 @@
 
 use crate::workspace::{Workspace, layout};
 use evaluator_harbor::agent::{AgentManifest, AgentSpec};
-use evaluator_harbor::engine::{Engine, EvaluationPlan, NoProgress, Progress, run_evaluation};
+use evaluator_harbor::engine::{Engine, EvaluationPlan, NoProgress, run_evaluation};
 use evaluator_harbor::result::{
     EvaluationResult, ScoringPolicy, TrialResult, TrialStatus, summarize,
 };
@@ -100,7 +100,6 @@ pub async fn evaluate(
     ws: &Workspace,
     engine: Arc<dyn Engine>,
     req: &EvalRequest,
-    progress: Option<&dyn Progress>,
 ) -> Result<Evaluated, EvalError> {
     let started = Instant::now();
     let base = ws.paths.evaluations(req.purpose, &req.genid);
@@ -169,8 +168,9 @@ pub async fn evaluate(
             let fresh = if plan.tasks.is_empty() {
                 Vec::new()
             } else {
-                let progress: &dyn Progress = progress.unwrap_or(&NoProgress);
-                run_evaluation(engine.clone(), &plan, progress).await.trials
+                run_evaluation(engine.clone(), &plan, &NoProgress)
+                    .await
+                    .trials
             };
             let mut all = reused_trials;
             all.extend(fresh);

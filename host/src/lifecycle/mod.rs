@@ -596,7 +596,7 @@ impl Driver {
     /// Run an evaluation; a changed evaluator is returned as an error for the caller to
     /// archive, a host failure stops the run.
     pub(crate) async fn evaluate(&self, req: &EvalRequest) -> Result<Evaluated> {
-        evaluate::evaluate(&self.ws, self.engine.clone(), req, None)
+        evaluate::evaluate(&self.ws, self.engine.clone(), req)
             .await
             .map_err(|e| match e {
                 EvalError::Host(m) => RunError::new(format!(
