@@ -76,10 +76,29 @@ fn main() {
     std::fs::write(dest, src).unwrap();
     let dest = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("embedded_seeds.rs");
     std::fs::write(dest, seeds_source(&seeds, &out_dir)).unwrap();
+    let dest = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("embedded_selftest.rs");
+    std::fs::write(dest, selftest_source(&out_dir)).unwrap();
     println!(
         "cargo::rustc-env=EVOLVE_TEST_COMPONENTS_DIR={}",
         out_dir.display()
     );
+}
+
+/// The test components `evolve selftest` runs, embedded apart from the library so that
+/// `evolve operator list` and recipes never see them.
+const SELFTEST_COMPONENTS: [&str; 2] = ["selftest_mutate", "slow_gate"];
+
+fn selftest_source(out_dir: &Path) -> String {
+    let mut src =
+        String::from("/// Hostile components of `evolve selftest`, embedded at compile time.\n");
+    src.push_str("pub static SELFTEST_COMPONENTS: &[(&str, &[u8])] = &[\n");
+    for name in SELFTEST_COMPONENTS {
+        let path = out_dir.join(format!("tc_{name}.wasm"));
+        let path = path.display().to_string();
+        writeln!(src, "    ({name:?}, include_bytes!({path:?})),").unwrap();
+    }
+    src.push_str("];\n");
+    src
 }
 
 /// A built-in seed found under `seeds/<name>/`.

@@ -20,6 +20,7 @@ const WORLDS: &[(&str, &str, &[&str])] = &[
     ("gate", "gate-operator", &[]),
     ("record", "record-operator", &[]),
     ("reflect", "reflect-operator", &["model"]),
+    ("driver", "driver-operator", &["model"]),
 ];
 
 fn main() {

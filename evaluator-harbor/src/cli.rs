@@ -24,6 +24,9 @@ pub enum EngineKind {
 #[derive(Debug, Subcommand)]
 pub enum TasksCommand {
     /// Run a Harbor task (or a directory of tasks) directly, outside any workspace.
+    #[command(
+        after_help = "Examples:\n  evolve tasks run ./tasks --agent oracle\n  evolve tasks run ./tasks --engine docker --repetitions 3 --json"
+    )]
     Run {
         /// A task directory, or a directory of task directories.
         dir: PathBuf,
@@ -50,6 +53,9 @@ pub enum TasksCommand {
         json: bool,
     },
     /// Validate a task set and report every problem at once.
+    #[command(
+        after_help = "Examples:\n  evolve tasks check ./tasks\n  evolve tasks check ./tasks --json"
+    )]
     Check {
         dir: PathBuf,
         #[arg(long)]

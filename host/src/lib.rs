@@ -3,6 +3,7 @@
 //! Operators are WebAssembly components run by [`sandbox`]; the library operators are
 //! embedded in the binary ([`builtin`]).
 
+pub mod bench;
 pub mod builtin;
 pub mod cli;
 pub mod lifecycle;
@@ -10,4 +11,6 @@ pub mod model;
 pub mod recipe;
 pub mod safe_tree;
 pub mod sandbox;
+pub mod selftest;
+pub mod viewer;
 pub mod workspace;

@@ -64,6 +64,11 @@ pub static BUILTIN: &[BuiltinRecipe] = &[
         summary: "needs a model: HyperAgents, score-child-prop select, replayed evaluation, edits to target/ and the operators' own policy, parent-eligible gate",
         text: include_str!("../../recipes/hyperagents.yaml"),
     },
+    BuiltinRecipe {
+        name: "rrsi",
+        summary: "needs a model: regularized RSI, historical-best floor and cost rule gate, annealed edit budget and leak screen, component history for mutate",
+        text: include_str!("../../recipes/rrsi.yaml"),
+    },
 ];
 
 /// Find a built-in recipe by name.
@@ -491,7 +496,7 @@ pub async fn check(sb: &Sandbox, text: &str, base: &Path) -> Checked {
     checked
 }
 
-async fn normalize_with(
+pub(crate) async fn normalize_with(
     sb: &Sandbox,
     op: &LoadedOperator,
     config: &Value,

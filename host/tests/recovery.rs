@@ -5,6 +5,7 @@
 #[path = "support/ws.rs"]
 mod ws;
 
+use evolve::selftest::compare::{first_difference, history};
 use serde_json::{Value, json};
 use ws::{Exp, Spec, kill9, text, wait_for};
 
@@ -13,18 +14,14 @@ fn uninterrupted(spec: &Spec) -> Vec<Value> {
     e.init();
     e.run_ok(&["run", "ws", "--quiet"]);
     e.run_ok(&["verify", "ws"]);
-    e.history()
+    history(&e.events())
 }
 
+/// The same comparison `evolve selftest` makes (`evolve::selftest::compare`).
 fn assert_same_history(resumed: &Exp, reference: &[Value]) {
-    let got = resumed.history();
-    assert_eq!(
-        got.len(),
-        reference.len(),
-        "resumed:\n{got:#?}\nreference:\n{reference:#?}"
-    );
-    for (a, b) in got.iter().zip(reference) {
-        assert_eq!(a, b, "first difference");
+    let got = history(&resumed.events());
+    if let Some(difference) = first_difference(&got, reference) {
+        panic!("{difference}\nresumed:\n{got:#?}\nreference:\n{reference:#?}");
     }
     resumed.run_ok(&["verify", "ws"]);
 }

@@ -18,6 +18,20 @@ pub struct Context {
     pub deadline_ms: u64,
     /// The normalized configuration (the output of this operator's own schema).
     pub config: Map<String, Value>,
+    /// The operator script the host read for a script operator (docs/scripts.md);
+    /// `None` for compiled operators.
+    pub script: Option<Script>,
+}
+
+/// An operator script as the host read it from the checkout the component was loaded
+/// from (`call-context.script`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Script {
+    /// Workspace-relative path, e.g. `operators/select/policy.rhai`.
+    pub path: String,
+    pub text: String,
+    /// Hex SHA-256 of `text`.
+    pub sha256: String,
 }
 
 impl Context {
@@ -33,6 +47,7 @@ impl Context {
                 Value::Object(map) => map,
                 _ => Map::new(),
             },
+            script: None,
         }
     }
 
@@ -51,6 +66,11 @@ impl Context {
             seed: ctx.seed,
             deadline_ms: ctx.deadline_ms,
             config,
+            script: ctx.script.map(|s| Script {
+                path: s.path,
+                text: s.text,
+                sha256: s.sha256,
+            }),
         })
     }
 
@@ -186,6 +206,7 @@ mod tests {
             seed: 9,
             config: r#"{"k":3,"name":"x"}"#.into(),
             deadline_ms: 5,
+            script: None,
         })
         .unwrap();
         assert_eq!(ok.i64("k"), Some(3));
@@ -197,6 +218,7 @@ mod tests {
             seed: 9,
             config: "[1]".into(),
             deadline_ms: 5,
+            script: None,
         });
         assert!(bad.unwrap_err().contains("not a JSON object"));
     }

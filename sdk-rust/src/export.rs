@@ -103,7 +103,7 @@ pub fn check_name(name: &str) -> Result<(), String> {
 /// ```
 ///
 /// The stage is one of `select`, `rollout`, `analyze`, `mutate`, `validate`,
-/// `novelty`, `gate`, `record`, `reflect`, and the type must implement [`Operator`]
+/// `novelty`, `gate`, `record`, `reflect` (or `driver`, the agent driver), and the type must implement [`Operator`]
 /// and that stage's trait. Use it once per crate.
 #[macro_export]
 macro_rules! export {
@@ -134,6 +134,7 @@ macro_rules! __assert_stage {
     (gate, $ty:ty) => { $crate::__assert_stage!(@ Gate, $ty); };
     (record, $ty:ty) => { $crate::__assert_stage!(@ Record, $ty); };
     (reflect, $ty:ty) => { $crate::__assert_stage!(@ Reflect, $ty); };
+    (driver, $ty:ty) => { $crate::__assert_stage!(@ Driver, $ty); };
     (@ $trait:ident, $ty:ty) => {
         const _: fn() = || {
             fn implements<T: $crate::$trait>() {}
@@ -144,7 +145,7 @@ macro_rules! __assert_stage {
         compile_error!(concat!(
             "evolve_operator_sdk::export!: unknown stage `",
             stringify!($other),
-            "`; expected one of select, rollout, analyze, mutate, validate, novelty, gate, record, reflect"
+            "`; expected one of select, rollout, analyze, mutate, validate, novelty, gate, record, reflect, driver"
         ));
     };
 }
@@ -285,9 +286,12 @@ macro_rules! __export_stage {
                     ctx: CallContext,
                     child: ArchiveRow,
                     parent: Option<ArchiveRow>,
+                    archive: ArchiveView,
+                    diff: Option<CandidateDiff>,
                 ) -> Result<GateDecision, String> {
+                    let input = $crate::GateInput { archive: &archive, diff: diff.as_ref() };
                     $crate::__private::with_context(ctx, |c| {
-                        <$ty as $crate::Gate>::decide(c, &child, parent.as_ref())
+                        <$ty as $crate::Gate>::decide(c, &child, parent.as_ref(), &input)
                     })
                 }
             }
@@ -301,9 +305,13 @@ macro_rules! __export_stage {
             struct __EvolveOperator;
             $crate::__export_meta!(record, Record, $ty);
             impl __evolve_world::exports::evolve::operator::record::Guest for __EvolveOperator {
-                fn annotate(ctx: CallContext, child: ArchiveRow) -> Result<String, String> {
+                fn annotate(
+                    ctx: CallContext,
+                    child: ArchiveRow,
+                    diff: Option<CandidateDiff>,
+                ) -> Result<String, String> {
                     $crate::__private::annotations($crate::__private::with_context(ctx, |c| {
-                        <$ty as $crate::Record>::annotate(c, &child)
+                        <$ty as $crate::Record>::annotate(c, &child, diff.as_ref())
                     }))
                 }
             }
@@ -330,11 +338,30 @@ macro_rules! __export_stage {
             __evolve_world::export!(__EvolveOperator with_types_in __evolve_world);
         };
     };
+    (driver, $ty:ty) => {
+        const _: () = {
+            use $crate::types::*;
+            use ::std::{option::Option, result::Result, string::String};
+            struct __EvolveOperator;
+            $crate::__export_meta!(driver, Driver, $ty);
+            impl __evolve_world::exports::evolve::operator::driver::Guest for __EvolveOperator {
+                fn revise(
+                    ctx: CallContext,
+                    feedback: DriverFeedback,
+                ) -> Result<Option<Revision>, String> {
+                    $crate::__private::with_context(ctx, |c| {
+                        <$ty as $crate::Driver>::revise(c, &feedback)
+                    })
+                }
+            }
+            __evolve_world::export!(__EvolveOperator with_types_in __evolve_world);
+        };
+    };
     ($other:ident, $ty:ty) => {
         compile_error!(concat!(
             "evolve_operator_sdk::export!: unknown stage `",
             stringify!($other),
-            "`; expected one of select, rollout, analyze, mutate, validate, novelty, gate, record, reflect"
+            "`; expected one of select, rollout, analyze, mutate, validate, novelty, gate, record, reflect, driver"
         ));
     };
 }

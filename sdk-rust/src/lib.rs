@@ -39,6 +39,7 @@ pub mod edits;
 mod export;
 pub mod feedback;
 mod helpers;
+pub mod rrsi;
 pub mod sampling;
 mod generated {
     // The contract's shared types and host capabilities, generated once here so that
@@ -54,7 +55,7 @@ mod generated {
     });
 }
 
-pub use context::{Context, Rng};
+pub use context::{Context, Rng, Script};
 pub use evolve_config_schema as config;
 pub use generated::evolve::operator::{model, tasks, types};
 pub use helpers::{parent_candidates, status_name, testing};
@@ -75,8 +76,8 @@ pub mod prelude {
     pub use crate::config::{self, Schema, SchemaBuilder, Violation};
     pub use crate::types::*;
     pub use crate::{
-        Analyze, Context, Gate, Mutate, Novelty, Operator, Record, Reflect, Rng, Rollout, Select,
-        Validate, parent_candidates, status_name,
+        Analyze, Context, Driver, Gate, GateInput, Mutate, Novelty, Operator, Record, Reflect, Rng, Rollout,
+        Select, Validate, parent_candidates, status_name,
     };
     pub use serde_json::{Map, Value, json};
 }
@@ -132,18 +133,32 @@ pub trait Novelty: Operator {
     fn assess(ctx: &Context, diff: &CandidateDiff) -> Result<NoveltyVerdict, String>;
 }
 
+/// What a gate sees besides the child and its parent.
+pub struct GateInput<'a> {
+    /// The certified archive as select sees it (the child's row included, pending gate).
+    pub archive: &'a ArchiveView,
+    /// The child's change against its parent, when the host could rebuild it.
+    pub diff: Option<&'a CandidateDiff>,
+}
+
 /// Decide whether an evaluated child may become a parent.
 pub trait Gate: Operator {
     fn decide(
         ctx: &Context,
         child: &ArchiveRow,
         parent: Option<&ArchiveRow>,
+        input: &GateInput,
     ) -> Result<GateDecision, String>;
 }
 
-/// Annotate a decided child.
+/// Annotate a decided child. `diff`: its change against its parent, when the host
+/// could rebuild it.
 pub trait Record: Operator {
-    fn annotate(ctx: &Context, child: &ArchiveRow) -> Result<Map<String, Value>, String>;
+    fn annotate(
+        ctx: &Context,
+        child: &ArchiveRow,
+        diff: Option<&CandidateDiff>,
+    ) -> Result<Map<String, Value>, String>;
 }
 
 /// Append to the playbook.
@@ -153,4 +168,11 @@ pub trait Reflect: Operator {
         archive: &ArchiveView,
         playbook: &[PlaybookEntry],
     ) -> Result<Vec<PlaybookOp>, String>;
+}
+
+/// Revise the recipe between generations (`evolve run --driver`; not a lifecycle stage).
+/// The host checks every revision: only `operators` bindings may change.
+pub trait Driver: Operator {
+    /// `Ok(None)` keeps the active recipe.
+    fn revise(ctx: &Context, feedback: &DriverFeedback) -> Result<Option<Revision>, String>;
 }

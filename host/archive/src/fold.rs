@@ -326,7 +326,26 @@ impl Row {
     pub fn score(&self) -> Option<f64> {
         self.evaluation.as_ref().and_then(Evaluation::score)
     }
+
+    /// A `cancelled` status says only that the user stopped the run during a stage of this
+    /// attempt; the attempt's next certified step (its resume) supersedes it, and the row
+    /// reads as it did before the cancellation.
+    pub(crate) fn supersede_cancelled(&mut self) {
+        if self.status.as_deref() != Some(CANCELLED) {
+            return;
+        }
+        self.status = self
+            .evaluation
+            .as_ref()
+            .and_then(Evaluation::outcome)
+            .map(str::to_string);
+        self.reason = self.evaluation.as_ref().and_then(|e| e.reason.clone());
+        self.failure_stage = None;
+    }
 }
+
+/// The status of a stage the user stopped; resumable (see [`Row::supersede_cancelled`]).
+pub const CANCELLED: &str = "cancelled";
 
 /// What the fold reads from one event (the same whichever reader produced it).
 pub(crate) struct Facts<'a> {
@@ -483,6 +502,12 @@ impl Folder {
         {
             self.rows[i].cost_usd += c;
         }
+        if matches!(
+            f.event_type,
+            types::GENERATION | types::EVALUATION | types::GATE | types::RECORD
+        ) {
+            self.rows[i].supersede_cancelled();
+        }
         let own = |v: Option<&str>| v.map(str::to_string);
         match f.event_type {
             types::GENERATION => {
@@ -602,7 +627,7 @@ pub struct Pending {
     /// Rows whose primary evaluation has not been gated yet (run the gate).
     pub pending_gate: Vec<String>,
     /// Rows with a certified generation event but no evaluation of any purpose and no terminal
-    /// status (evaluate them, or record why not).
+    /// status other than `cancelled` (evaluate them, or record why not).
     pub unevaluated: Vec<String>,
     /// The genid of the last row (the most recently started generation), if any.
     pub last_genid: Option<String>,
@@ -623,10 +648,97 @@ pub fn pending(rows: &[Row]) -> Pending {
                     && r.evaluation.is_none()
                     && r.anchors.is_empty()
                     && r.other_evaluations.is_empty()
-                    && r.status.is_none()
+                    && r.status.as_deref().is_none_or(|s| s == CANCELLED)
             })
             .map(|r| r.genid.clone())
             .collect(),
         last_genid: rows.last().map(|r| r.genid.clone()),
+    }
+}
+
+#[cfg(test)]
+mod cancelled_tests {
+    use super::*;
+    use crate::event::Event;
+    use serde_json::json;
+
+    fn logged(seq: u64, event_type: &str, body: Value) -> LoggedEvent {
+        LoggedEvent {
+            line: seq + 1,
+            event: Event {
+                seq,
+                prev: String::new(),
+                event_type: event_type.into(),
+                genid: Some("1".into()),
+                at: "2026-01-01T00:00:00Z".into(),
+                body: body.as_object().cloned().unwrap_or_default(),
+            },
+            sha256: String::new(),
+            certified: true,
+        }
+    }
+
+    fn cancelled(seq: u64, stage: &str) -> LoggedEvent {
+        let body = json!({"status": "cancelled", "failure_stage": stage, "reason": "interrupted by the user", "parent": "0"});
+        logged(seq, types::STATUS, body)
+    }
+
+    /// Both folds (the writer's and the reference) agree, and give `status`.
+    fn status_after(events: &[LoggedEvent]) -> (Option<String>, Option<String>) {
+        let rows = fold(events);
+        assert_eq!(rows, crate::reference::fold(events));
+        (rows[0].status.clone(), rows[0].failure_stage.clone())
+    }
+
+    #[test]
+    fn a_cancelled_stage_is_superseded_by_the_attempts_resume() {
+        let generation = logged(1, types::GENERATION, json!({"parent": "0", "commit": "c"}));
+        let evaluation = logged(
+            2,
+            types::EVALUATION,
+            json!({"purpose": "candidate", "outcome": "benchmark_complete", "score": 0.5, "reason": "ok"}),
+        );
+        let gate = logged(
+            4,
+            types::GATE,
+            json!({"verdict": "keep", "reason": "better"}),
+        );
+
+        // Cancelled before the commit: the re-run's generation event clears it.
+        let mut evs = vec![cancelled(0, "mutate")];
+        assert_eq!(
+            status_after(&evs),
+            (Some("cancelled".into()), Some("mutate".into()))
+        );
+        evs.push(generation.clone());
+        assert_eq!(status_after(&evs), (None, None));
+
+        // Cancelled at the gate: the gate event restores the evaluation's outcome.
+        let mut evs = vec![generation, evaluation, cancelled(3, "gate")];
+        assert_eq!(status_after(&evs).0.as_deref(), Some("cancelled"));
+        evs.push(gate);
+        assert_eq!(
+            status_after(&evs),
+            (Some("benchmark_complete".into()), None)
+        );
+        let rows = fold(&evs);
+        assert_eq!(rows[0].reason.as_deref(), Some("ok"));
+        assert_eq!(rows[0].verdict.as_deref(), Some("keep"));
+    }
+
+    #[test]
+    fn other_terminal_statuses_are_not_superseded() {
+        let evs = vec![
+            logged(
+                0,
+                types::STATUS,
+                json!({"status": "operator_failed", "failure_stage": "gate"}),
+            ),
+            logged(1, types::RECORD, json!({"annotations": {}})),
+        ];
+        assert_eq!(
+            status_after(&evs),
+            (Some("operator_failed".into()), Some("gate".into()))
+        );
     }
 }

@@ -376,6 +376,20 @@ pub fn fold(events: &[LoggedEvent]) -> Vec<Row> {
             continue;
         }
         let body = &ev.body;
+        if matches!(
+            ev.event_type.as_str(),
+            types::GENERATION | types::EVALUATION | types::GATE | types::RECORD
+        ) && row.status.as_deref() == Some("cancelled")
+        {
+            row.status = row
+                .evaluation
+                .as_ref()
+                .and_then(|e| e.stamp.get("outcome"))
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            row.reason = row.evaluation.as_ref().and_then(|e| e.reason.clone());
+            row.failure_stage = None;
+        }
         if ev.event_type != types::EVALUATION
             && let Some(c) = body
                 .get("cost_usd")

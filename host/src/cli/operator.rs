@@ -4,7 +4,7 @@ use super::{CliError, CliResult, print_json, runtime, samples, scaffold};
 use crate::builtin;
 use crate::sandbox::{
     self, Capabilities, GrantRequest, Grants, Limits, LoadedOperator, Sandbox, SandboxConfig,
-    StageInput, StageOutput, parse_stage, stage_name, types::Stage,
+    StageInput, StageOutput, parse_world, stage_name, types::Stage,
 };
 use clap::Subcommand;
 use serde_json::{Value, json};
@@ -16,7 +16,7 @@ use std::time::Duration;
 #[derive(Subcommand)]
 pub enum OperatorCommand {
     /// List the operators built into this binary.
-    #[command(after_help = "Example:\n  evolve operator list --json")]
+    #[command(after_help = "Examples:\n  evolve operator list\n  evolve operator list --json")]
     List {
         #[arg(long)]
         json: bool,
@@ -33,7 +33,7 @@ pub enum OperatorCommand {
     },
     /// Normalize a configuration with the operator's own schema, or list every violation.
     #[command(
-        after_help = "Example:\n  evolve operator check select/greedy --config '{}'\n\nExit status: 0 valid, 1 violations, 2 usage errors."
+        after_help = "Examples:\n  evolve operator check select/greedy --config '{}'\n  evolve operator check gate/hillclimb --config @gate.json --json\n\nExit status: 0 valid, 1 violations, 2 usage errors."
     )]
     Check {
         /// `stage/name` of a built-in operator, or the path of a component file.
@@ -65,7 +65,7 @@ pub enum OperatorCommand {
     },
     /// Scaffold a new operator crate that compiles and passes its test.
     #[command(
-        after_help = "Example:\n  evolve operator new select my_picker\n\nInside this repository the crate goes to operators/<stage>/<name>/ and is built\nand embedded with the others; elsewhere it becomes a standalone crate in ./<name>/."
+        after_help = "Examples:\n  evolve operator new select my_picker\n  evolve operator new gate strict --dir ./strict_gate --json\n\nInside this repository the crate goes to operators/<stage>/<name>/ and is built\nand embedded with the others; elsewhere it becomes a standalone crate in ./<name>/."
     )]
     New {
         /// The lifecycle stage: select, rollout, analyze, mutate, validate, novelty, gate, record or reflect.
@@ -75,6 +75,8 @@ pub enum OperatorCommand {
         /// Where to create the crate (default: see above).
         #[arg(long)]
         dir: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
     },
     /// Build an operator crate for wasm32-wasip2 and check the component against its stage's world.
     #[command(
@@ -104,7 +106,12 @@ pub fn run(cmd: OperatorCommand) -> CliResult {
             memory_mib,
             json,
         } => run_sample(&operator, &config, timeout, memory_mib, json),
-        OperatorCommand::New { stage, name, dir } => scaffold::new_operator(&stage, &name, dir),
+        OperatorCommand::New {
+            stage,
+            name,
+            dir,
+            json,
+        } => scaffold::new_operator(&stage, &name, dir, json),
         OperatorCommand::Build { path, json } => build(path.as_deref(), json),
     }
 }
@@ -138,9 +145,9 @@ fn load(sb: &Sandbox, spec: &str) -> Result<LoadedOperator, CliError> {
         ))
         .hint("list the built-in operators with `evolve operator list`"));
     };
-    let stage = parse_stage(stage_text).ok_or_else(|| {
+    let stage = parse_world(stage_text).ok_or_else(|| {
         CliError::usage(format!("unknown stage `{stage_text}`")).hint(
-            "stages: select, rollout, analyze, mutate, validate, novelty, gate, record, reflect",
+            "stages: select, rollout, analyze, mutate, validate, novelty, gate, record, reflect (and driver)",
         )
     })?;
     let op = builtin::find(stage_text, name).ok_or_else(|| {
@@ -441,15 +448,22 @@ fn sample_input(stage: Stage, config: &str) -> StageInput {
             ctx: ctx(Some("1")),
             child: samples::child(),
             parent: Some(samples::parent()),
+            archive: samples::archive(),
+            diff: Some(samples::diff()),
         },
         Stage::Record => StageInput::Record {
             ctx: ctx(Some("1")),
             child: samples::child(),
+            diff: Some(samples::diff()),
         },
         Stage::Reflect => StageInput::Reflect {
             ctx: ctx(None),
             archive: samples::archive(),
             playbook: samples::playbook(),
+        },
+        Stage::Driver => StageInput::Driver {
+            ctx: ctx(None),
+            feedback: crate::lifecycle::agent_driver::sample_feedback(),
         },
     }
 }

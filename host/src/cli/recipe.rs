@@ -11,16 +11,25 @@ use std::process::ExitCode;
 #[derive(Subcommand)]
 pub enum RecipeCommand {
     /// The built-in recipes (usable by name with `evolve init --recipe NAME`).
+    #[command(after_help = "Examples:\n  evolve recipe list\n  evolve recipe list --json")]
     List {
         #[arg(long)]
         json: bool,
     },
     /// Print a built-in recipe's YAML (a starting point for your own).
-    Show { name: String },
+    #[command(
+        after_help = "Examples:\n  evolve recipe show hill_climb > my_recipe.yaml\n  evolve recipe show gepa --json"
+    )]
+    Show {
+        name: String,
+        /// Print `{"name": ..., "summary": ..., "yaml": ...}`.
+        #[arg(long)]
+        json: bool,
+    },
     /// Check a recipe and report every problem at once (its shape, each operator and
     /// each operator's configuration, normalized by the operator itself).
     #[command(
-        after_help = "Example:\n  evolve recipe check recipes/local_demo.yaml\n\nExit status: 0 valid, 1 problems found, 2 usage errors."
+        after_help = "Examples:\n  evolve recipe check recipes/local_demo.yaml\n  evolve recipe check my_recipe.yaml --json\n\nExit status: 0 valid, 1 problems found, 2 usage errors."
     )]
     Check {
         path: PathBuf,
@@ -29,13 +38,19 @@ pub enum RecipeCommand {
         json: bool,
     },
     /// Print a JSON Schema for recipe files, for editors.
-    #[command(after_help = "Example:\n  evolve recipe schema > recipe.schema.json")]
-    Schema,
+    #[command(
+        after_help = "Examples:\n  evolve recipe schema > recipe.schema.json\n  evolve recipe schema --json    # the same: the schema is JSON"
+    )]
+    Schema {
+        /// Accepted for uniformity: the output is JSON either way.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 pub fn run(cmd: RecipeCommand) -> CliResult {
     match cmd {
-        RecipeCommand::Schema => {
+        RecipeCommand::Schema { json: _ } => {
             print_json(&recipe::json_schema());
             Ok(ExitCode::SUCCESS)
         }
@@ -55,7 +70,11 @@ pub fn run(cmd: RecipeCommand) -> CliResult {
             }
             Ok(ExitCode::SUCCESS)
         }
-        RecipeCommand::Show { name } => match recipe::builtin(&name) {
+        RecipeCommand::Show { name, json } => match recipe::builtin(&name) {
+            Some(r) if json => {
+                print_json(&json!({"name": r.name, "summary": r.summary, "yaml": r.text}));
+                Ok(ExitCode::SUCCESS)
+            }
             Some(r) => {
                 print!("{}", r.text);
                 Ok(ExitCode::SUCCESS)

@@ -11,6 +11,7 @@ pub fn context(config: &str, parent: Option<&str>) -> CallContext {
         seed: 0x5eed,
         config: config.to_string(),
         deadline_ms: 30_000,
+        script: None,
     }
 }
 
@@ -88,6 +89,7 @@ pub fn observation() -> Observation {
         rollout: Some(evidence()),
         analysis: None,
         feedback_dir: None,
+        archive: Some(archive()),
         surface: Surface {
             includes: vec!["target/**".into()],
             excludes: vec![],

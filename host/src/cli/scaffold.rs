@@ -22,6 +22,7 @@ pub fn new_operator(
     stage_text: &str,
     name: &str,
     dir: Option<PathBuf>,
+    json_out: bool,
 ) -> Result<ExitCode, CliError> {
     parse_stage(stage_text).ok_or_else(|| {
         CliError::usage(format!("unknown stage `{stage_text}`")).hint(
@@ -68,6 +69,16 @@ pub fn new_operator(
     })?;
     write(dir.join("Cargo.toml"), manifest)?;
     write(dir.join("src/lib.rs"), source)?;
+    if json_out {
+        super::print_json(&serde_json::json!({
+            "created": dir, "files": ["Cargo.toml", "src/lib.rs"],
+            "next": [
+                format!("cargo test --manifest-path {}/Cargo.toml", dir.display()),
+                format!("evolve operator build {}", dir.display()),
+            ],
+        }));
+        return Ok(ExitCode::SUCCESS);
+    }
     println!("created {}", dir.display());
     println!("next:");
     println!("  cargo test --manifest-path {}/Cargo.toml", dir.display());
@@ -173,7 +184,7 @@ fn stage_body(stage: &str) -> (&'static str, &'static str, &'static str) {
         ),
         "gate" => (
             "Gate",
-            "    fn decide(_ctx: &Context, child: &ArchiveRow, parent: Option<&ArchiveRow>) -> Result<GateDecision, String> {\n        \
+            "    fn decide(_ctx: &Context, child: &ArchiveRow, parent: Option<&ArchiveRow>, _input: &GateInput) -> Result<GateDecision, String> {\n        \
              let keep = match (child.score, parent.and_then(|p| p.score)) {\n            \
              (Some(c), Some(p)) => c >= p,\n            (Some(_), None) => true,\n            _ => false,\n        };\n        \
              let verdict = if keep { Verdict::Keep } else { Verdict::Discard };\n        \
@@ -182,7 +193,7 @@ fn stage_body(stage: &str) -> (&'static str, &'static str, &'static str) {
         ),
         "record" => (
             "Record",
-            "    fn annotate(_ctx: &Context, child: &ArchiveRow) -> Result<Map<String, Value>, String> {\n        \
+            "    fn annotate(_ctx: &Context, child: &ArchiveRow, _diff: Option<&CandidateDiff>) -> Result<Map<String, Value>, String> {\n        \
              let mut notes = Map::new();\n        \
              notes.insert(\"note\".into(), json!(format!(\"generation {}\", child.generation_id)));\n        \
              Ok(notes)\n    }\n",

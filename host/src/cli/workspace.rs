@@ -1,10 +1,11 @@
-//! The workspace commands: `init`, `run`, `status`, `log`, `show`, `verify`, `repair`,
-//! `retry`. Each takes `--json`.
+//! The workspace commands: `demo`, `init`, `run`, `status`, `log`, `show`, `repair`,
+//! `retry` (`verify` is in `verify.rs`, `diff` in `diff.rs`). Each takes `--json`.
 
 use super::{CliError, CliResult, print_json, runtime};
+use crate::lifecycle::progress::Progress;
 use crate::lifecycle::{self, Driver, RunOptions, State};
 use crate::sandbox::{self, Sandbox, SandboxConfig};
-use crate::workspace::{Workspace, WorkspaceError, init, layout};
+use crate::workspace::{Workspace, WorkspaceError, init};
 use clap::Args;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -67,6 +68,13 @@ pub struct RunArgs {
     pub quiet: bool,
     #[arg(long)]
     pub json: bool,
+    /// An agent driver that revises the recipe between generations: a built-in driver
+    /// (`stall_swap`) or a component file (docs/driver.md).
+    #[arg(long)]
+    pub driver: Option<String>,
+    /// The driver's configuration as JSON text.
+    #[arg(long, default_value = "{}", requires = "driver")]
+    pub driver_config: String,
 }
 
 #[derive(Args)]
@@ -179,15 +187,31 @@ pub fn run_cmd(a: RunArgs) -> CliResult {
     let fuel = ws.recipe.operators.values().any(|b| b.fuel.is_some());
     let sb = sandbox_for(fuel)?;
     let rt = runtime()?;
+    // The status line and narrative on stderr, unless the output is for a program.
+    let renderer = (!a.quiet && !a.json).then(|| Arc::new(super::progress::Renderer::new()));
     let opts = RunOptions {
         max_generations: a.max_generations,
         children_per_gen: a.children_per_gen,
         verbose: !a.quiet && !a.json,
+        progress: renderer
+            .clone()
+            .map(|r| Progress::new(r))
+            .unwrap_or_default(),
     };
+    let cancel = sb.cancel_token();
     let summary = rt.block_on(async {
-        let driver = Driver::open(ws, sb, opts.verbose).await?;
+        let _watch = super::progress::watch(cancel.clone());
+        let mut driver = Driver::open(ws, sb.clone(), opts.verbose).await?;
+        if let Some(spec) = &a.driver {
+            let agent = lifecycle::agent_driver::AgentDriver::load(sb, spec, &a.driver_config);
+            driver.set_agent(agent.await?);
+        }
         driver.run(&opts).await
-    })?;
+    });
+    if let Some(r) = &renderer {
+        r.finish();
+    }
+    let summary = summary.map_err(|e| run_error(e, &cancel, &a.dir))?;
     if a.json {
         print_json(&serde_json::to_value(&summary).unwrap_or(Value::Null));
     } else {
@@ -215,6 +239,14 @@ pub fn run_cmd(a: RunArgs) -> CliResult {
             "  spent ${:.4} of ${:.4}",
             summary.spent_usd, summary.budget_usd
         );
+        if let Some(acc) = &summary.acceptance {
+            println!(
+                "  sealed acceptance: gen 0 {} -> gen {} {}",
+                s(acc["baseline"]["score"].as_f64()),
+                acc["champion"]["genid"].as_str().unwrap_or("?"),
+                s(acc["champion"]["score"].as_f64())
+            );
+        }
         if summary.status == "budget_exhausted" {
             println!(
                 "  the budget is spent: the run stopped before a generation it could not pay for"
@@ -226,6 +258,21 @@ pub fn run_cmd(a: RunArgs) -> CliResult {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// A stopped run says how to resume and exits 130 (the shell's code for SIGINT).
+fn run_error(e: lifecycle::RunError, cancel: &crate::sandbox::Cancel, dir: &Path) -> CliError {
+    if !cancel.is_cancelled() {
+        return e.into();
+    }
+    CliError {
+        code: 130,
+        ..CliError::usage(e.what).at(dir.display().to_string())
+    }
+    .hint(format!(
+        "nothing is half-written; `evolve run {}` resumes where it stopped",
+        dir.display()
+    ))
 }
 
 fn dry_run(ws: &Workspace, a: &RunArgs) -> CliResult {
@@ -299,20 +346,11 @@ fn read_state(ws: &Workspace) -> State {
 }
 
 fn audit(ws: &Workspace) -> evolve_archive::Report {
-    let cache = std::fs::read(ws.paths.champion_cache())
-        .ok()
-        .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
-    evolve_archive::verify(
-        &ws.paths.archive(),
-        &ws.paths.receipts(),
-        &ws.public_key,
-        &|g| ws.tag_commit(g),
-        cache.as_ref(),
-    )
+    super::verify::Evidence::of_workspace(ws).audit()
 }
 
 /// Raw archive events (for display only; certification comes from the audit).
-fn raw_events(ws: &Workspace) -> Vec<Value> {
+pub(crate) fn raw_events(ws: &Workspace) -> Vec<Value> {
     std::fs::read(ws.paths.archive())
         .map(|b| {
             b.split(|c| *c == b'\n')
@@ -404,6 +442,7 @@ pub fn log_cmd(a: DirArgs) -> CliResult {
     let ws = Workspace::open(&a.dir)?;
     let report = audit(&ws);
     let changes = changes_by_genid(&ws);
+    let recipes = lifecycle::agent_driver::recipe_digests(&ws, &raw_events(&ws));
     let rows: Vec<Value> = report
         .rows
         .iter()
@@ -413,6 +452,7 @@ pub fn log_cmd(a: DirArgs) -> CliResult {
                 "verdict": r.verdict, "changed_paths": changes.get(&r.genid).copied().unwrap_or(0),
                 "eligible": report.eligibility.iter().any(|e| e.genid == r.genid && e.eligible),
                 "champion": report.champion.as_ref().is_some_and(|c| c.genid == r.genid),
+                "recipe_sha256": evolve_archive::event::genid_generation(&r.genid).and_then(|g| recipes.get(&g)),
             })
         })
         .collect();
@@ -469,6 +509,8 @@ pub fn show_cmd(a: GenArgs) -> CliResult {
         .into_iter()
         .filter(|e| e.get("genid").and_then(Value::as_str) == Some(a.genid.as_str()))
         .collect();
+    let recipe = evolve_archive::event::genid_generation(&a.genid)
+        .and_then(|g| lifecycle::agent_driver::recipe_digests(&ws, &raw_events(&ws)).remove(&g));
     let run_dir = ws.paths.run_dir(&a.genid);
     let mut logs = serde_json::Map::new();
     for stage in crate::sandbox::ALL_STAGES {
@@ -487,7 +529,7 @@ pub fn show_cmd(a: GenArgs) -> CliResult {
     }
     if a.json {
         print_json(
-            &json!({"row": row, "eligible": reasons.is_empty(), "ineligible_because": reasons, "events": events, "stages": logs, "tag": ws.tag_commit(&a.genid)}),
+            &json!({"row": row, "eligible": reasons.is_empty(), "ineligible_because": reasons, "events": events, "stages": logs, "tag": ws.tag_commit(&a.genid), "recipe_sha256": recipe}),
         );
         return Ok(ExitCode::SUCCESS);
     }
@@ -510,6 +552,9 @@ pub fn show_cmd(a: GenArgs) -> CliResult {
         row.genid,
         ws.tag_commit(&row.genid).unwrap_or_else(|| "(none)".into())
     );
+    if let Some(sha) = &recipe {
+        println!("  recipe: {sha}");
+    }
     if reasons.is_empty() {
         println!("  eligible as a parent");
     } else {
@@ -591,93 +636,6 @@ fn summarize_body(body: &Value) -> String {
     parts.join(" ")
 }
 
-pub fn verify_cmd(a: DirArgs) -> CliResult {
-    let ws = Workspace::open(&a.dir)?;
-    let mut report = audit(&ws);
-    let tagged: Vec<String> = ws
-        .store
-        .tags("gen/")
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(n, _)| n.trim_start_matches("gen/").to_string())
-        .collect();
-    report
-        .findings
-        .extend(evolve_archive::untracked_tags(&report.rows, &tagged));
-    let mut extra = Vec::new();
-    // Every certified evaluation's tree must be its commit's tree.
-    for row in &report.rows {
-        for ev in row
-            .evaluation
-            .iter()
-            .chain(&row.anchors)
-            .chain(&row.other_evaluations)
-        {
-            let (Some(c), Some(t)) = (
-                ev.candidate_commit(),
-                ev.stamp.get("candidate_tree").and_then(Value::as_str),
-            ) else {
-                continue;
-            };
-            match evolve_snapshot::Oid::from_str(c)
-                .ok()
-                .and_then(|o| ws.store.tree_of(o).ok())
-            {
-                Some(tree) if tree.to_string() == t => {}
-                Some(tree) => extra.push(format!(
-                    "gen {}: archive line {} stamps tree {t} but commit {c} has tree {tree}",
-                    row.genid, ev.line
-                )),
-                None => extra.push(format!(
-                    "gen {}: archive line {} names commit {c}, which the repository does not have",
-                    row.genid, ev.line
-                )),
-            }
-        }
-    }
-    // The evaluator tree of every tagged generation must be gen/0's.
-    for g in &tagged {
-        if let Some(c) = ws.store.tag_target(&layout::tag_name(g)).ok().flatten()
-            && let Ok(Some(t)) = ws.store.subtree(c, layout::EVALUATOR_DIR)
-            && t != ws.evaluator_tree
-        {
-            extra.push(format!(
-                "gen/{g}: evaluator tree {t} differs from gen/0's {}",
-                ws.evaluator_tree
-            ));
-        }
-    }
-    let ok = report.ok() && extra.is_empty();
-    if a.json {
-        print_json(
-            &json!({"ok": ok, "findings": report.findings, "repository_findings": extra, "lines": report.lines, "certified": report.certified, "champion": report.champion}),
-        );
-    } else {
-        for f in &report.findings {
-            println!("{f}");
-        }
-        for f in &extra {
-            println!("repository: {f}");
-        }
-        println!(
-            "verify: {} ({} line(s), {} certified; champion {})",
-            if ok { "ok" } else { "FAIL" },
-            report.lines,
-            report.certified,
-            report
-                .champion
-                .as_ref()
-                .map(|c| format!("gen {} {:.4}", c.genid, c.score))
-                .unwrap_or_else(|| "none".into())
-        );
-    }
-    Ok(if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
-}
-
 pub fn repair_cmd(a: DirArgs) -> CliResult {
     let ws = Workspace::open(&a.dir)?;
     let actions = lifecycle::repair::repair(&ws)?;
@@ -750,6 +708,8 @@ pub fn demo_cmd(a: DemoArgs) -> CliResult {
         dry_run: false,
         quiet: false,
         json: a.json,
+        driver: None,
+        driver_config: "{}".into(),
     })?;
     if !a.json {
         let d = a.dir.display();

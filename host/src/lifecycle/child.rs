@@ -191,6 +191,12 @@ impl Driver {
         let mut body = status_body(status, Some(stage), &reason, Some(&a.parent));
         // What the attempt's stages spent is charged even though it stopped early.
         body.insert("cost_usd".into(), json!(a.meter.spent()));
+        // The operators (and scripts) that ran, up to the stage that stopped the child.
+        let upto = crate::sandbox::parse_stage(stage).unwrap_or(Stage::Mutate);
+        body.insert(
+            "operators".into(),
+            super::stages::recorded_identities(&a.run_dir, upto),
+        );
         self.append(types::STATUS, Some(&a.genid), body)?;
         let _ = std::fs::remove_dir_all(&a.wt);
         let _ = std::fs::remove_file(a.run_dir.join(super::repair::FORK_MARKER));
@@ -221,6 +227,13 @@ impl Driver {
             .await
         {
             Ok(out) => Ok(Some(out)),
+            Err(_) if self.cancel().is_cancelled() => {
+                self.stop(a, "cancelled", name, "interrupted by the user")?;
+                Err(super::progress::interrupted(&format!(
+                    "{name} of gen {} ended `cancelled`",
+                    a.genid
+                )))
+            }
             Err(f) => self
                 .stop(a, "operator_failed", name, &f.message)
                 .map(|_| None),
@@ -327,6 +340,7 @@ impl Driver {
                 includes: surface.include.clone(),
                 excludes: surface.exclude.clone(),
             },
+            archive: Some(self.operator_archive(&state)),
         };
         let input = StageInput::Mutate {
             ctx: self.stages.context(Stage::Mutate, genid, p),
@@ -469,6 +483,11 @@ impl Driver {
         // Metered spend of this generation's stage calls (the host meters model calls and
         // train trials; an operator's own usage figure is kept only as a claim).
         body.insert("cost_usd".into(), json!(a.meter.spent()));
+        // The operator identity (component and script digests) of every call it made.
+        body.insert(
+            "operators".into(),
+            super::stages::recorded_identities(&a.run_dir, Stage::Novelty),
+        );
         self.append(types::GENERATION, Some(genid), body)?;
         self.ensure_tag(genid, commit)?;
         let _ = std::fs::remove_dir_all(&a.wt);
@@ -524,6 +543,36 @@ impl Driver {
         })
     }
 
+    /// The certified archive as operators see it (select, reflect, gate, mutate).
+    fn operator_archive(&self, state: &State) -> wit::ArchiveView {
+        view::archive_view(
+            &state.rows,
+            &state.eligibility,
+            state.champion.as_ref(),
+            &self.redactor,
+        )
+    }
+
+    /// A committed child's change against its parent's certified commit, as novelty
+    /// sees it (gate and record get it); `None` when either commit cannot be read.
+    fn committed_diff(
+        &self,
+        state: &State,
+        parent: Option<&str>,
+        commit: Oid,
+    ) -> Option<wit::CandidateDiff> {
+        let parent_commit = state
+            .row(parent?)?
+            .evaluation
+            .as_ref()?
+            .candidate_commit()?;
+        let parent_commit = Oid::from_str(parent_commit).ok()?;
+        let changes = self.ws.store.diff(parent_commit, commit).ok()?;
+        let tree = self.ws.store.tree_of(commit).ok()?;
+        self.candidate_diff(state, parent_commit, tree, &changed_paths(&changes))
+            .ok()
+    }
+
     /// Create `gen/<genid>` if it does not exist yet.
     fn ensure_tag(&self, genid: &str, commit: Oid) -> Result<()> {
         let name = layout::tag_name(genid);
@@ -576,7 +625,7 @@ impl Driver {
             split: self.ws.primary_split(),
             certified_attempts: attempts,
         };
-        let ev = match super::evaluate::evaluate(&self.ws, self.engine.clone(), &req).await {
+        let ev = match self.evaluate_observed(&req).await? {
             Ok(ev) => ev,
             Err(e @ EvalError::EvaluatorChanged { .. }) => {
                 let reason = e.to_string();
@@ -654,6 +703,8 @@ impl Driver {
                     ctx,
                     child,
                     parent: parent_view,
+                    archive: self.operator_archive(&state),
+                    diff: self.committed_diff(&state, parent, commit),
                 },
                 record,
             )
@@ -671,6 +722,10 @@ impl Driver {
                     "reason".into(),
                     json!(clip(&self.redactor.redact(&d.reason), 2000)),
                 );
+                let gate_dir = self.ws.paths.run_dir(genid).join("gate");
+                if let Some(id) = super::stages::recorded_identity(&gate_dir) {
+                    body.insert("operator".into(), id);
+                }
                 self.append(types::GATE, Some(genid), body)?;
                 self.say(format!("gen {genid}: gate {verdict}: {}", d.reason));
                 Ok(true)
@@ -687,6 +742,9 @@ impl Driver {
                     ),
                 )?;
                 Ok(false)
+            }
+            Err(_) if self.cancel().is_cancelled() => {
+                Err(self.cancelled(&[genid.to_string()], "gate", parent))
             }
             Err(f) => {
                 let reason = clip(&self.redactor.redact(&f.message), 4000);
@@ -725,10 +783,15 @@ impl Driver {
                 StageInput::Record {
                     ctx,
                     child: child.clone(),
+                    diff: self.committed_diff(&state, parent, commit),
                 },
                 json!({"child": row_json(&child)}),
             )
             .await;
+        if out.is_err() && self.cancel().is_cancelled() {
+            // No record event: record still runs (once) when the run resumes.
+            return Err(self.cancelled(&[genid.to_string()], "record", parent));
+        }
         let mut body = Map::new();
         match out {
             Ok(StageOutput::Annotations(map)) => {
@@ -804,6 +867,10 @@ impl Driver {
                 self.append("playbook", Some(genid), body)
             }
             Ok(_) => Ok(()),
+            // Reflect is best effort and not retried: nothing to archive.
+            Err(_) if self.cancel().is_cancelled() => Err(super::progress::interrupted(&format!(
+                "reflect of gen {genid} was cancelled (best effort: it is not retried)"
+            ))),
             Err(f) => {
                 self.say(format!(
                     "gen {genid}: reflect failed (ignored): {}",

@@ -6,9 +6,10 @@
 //! (it has no certified event), the next attempt reuses its completed trials instead of
 //! re-running them, and says so (`source_attempts` and a `repair` event).
 
+use super::progress::{Channel, TrialProgress};
 use crate::workspace::{Workspace, layout};
 use evaluator_harbor::agent::{AgentManifest, AgentSpec};
-use evaluator_harbor::engine::{Engine, EvaluationPlan, NoProgress, run_evaluation};
+use evaluator_harbor::engine::{Engine, EvaluationPlan, run_evaluation};
 use evaluator_harbor::result::{
     EvaluationResult, ScoringPolicy, TrialResult, TrialStatus, summarize,
 };
@@ -101,6 +102,16 @@ pub async fn evaluate(
     engine: Arc<dyn Engine>,
     req: &EvalRequest,
 ) -> Result<Evaluated, EvalError> {
+    evaluate_with(ws, engine, req, &Channel::default()).await
+}
+
+/// [`evaluate`], reporting each finished trial to `progress`.
+pub(crate) async fn evaluate_with(
+    ws: &Workspace,
+    engine: Arc<dyn Engine>,
+    req: &EvalRequest,
+    progress: &Channel,
+) -> Result<Evaluated, EvalError> {
     let started = Instant::now();
     let base = ws.paths.evaluations(req.purpose, &req.genid);
     let earlier = attempts_on_disk(&base);
@@ -168,9 +179,13 @@ pub async fn evaluate(
             let fresh = if plan.tasks.is_empty() {
                 Vec::new()
             } else {
-                run_evaluation(engine.clone(), &plan, &NoProgress)
-                    .await
-                    .trials
+                let trials = TrialProgress {
+                    channel: progress,
+                    genid: &req.genid,
+                    purpose: req.purpose,
+                    reused: reused_trials.len(),
+                };
+                run_evaluation(engine.clone(), &plan, &trials).await.trials
             };
             let mut all = reused_trials;
             all.extend(fresh);

@@ -13,8 +13,10 @@
 //! generation's select decision is archived before its children start, so a resumed run
 //! ends in the same state as an uninterrupted one.
 
+pub mod agent_driver;
 pub mod child;
 pub mod evaluate;
+pub mod progress;
 pub mod repair;
 pub mod stages;
 pub mod train;
@@ -40,6 +42,8 @@ pub struct RunOptions {
     pub children_per_gen: Option<u32>,
     /// Print one line per step on stderr.
     pub verbose: bool,
+    /// Where progress events go (the lines `verbose` prints go there too when set).
+    pub progress: progress::Progress,
 }
 
 /// How a run ended.
@@ -55,6 +59,9 @@ pub struct RunSummary {
     pub anchor_after: Option<f64>,
     pub spent_usd: f64,
     pub budget_usd: f64,
+    /// The sealed acceptance of a `--driver` session (docs/driver.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acceptance: Option<Value>,
 }
 
 /// A problem that stops the run (the archive stays consistent: nothing half-written).
@@ -222,6 +229,13 @@ pub struct Driver {
     model: Option<crate::model::ModelClient>,
     redactor: Redactor,
     verbose: bool,
+    /// The sandbox's cancellation token: set when the user stops the run.
+    cancel: crate::sandbox::Cancel,
+    progress: progress::Channel,
+    /// The active recipe (gen/0's, or a driver's accepted revision) and the session's
+    /// agent driver, if any (docs/driver.md).
+    recipe: agent_driver::RecipeState,
+    agent: Option<agent_driver::AgentDriver>,
     _lock: RunLock,
 }
 
@@ -255,14 +269,18 @@ impl Driver {
         }
         pack_once(&ws);
         let surface = surface_of(&ws.recipe)?;
-        let stages = Stages::new(
+        let cancel = sandbox.cancel_token();
+        let progress = progress::Channel::default();
+        let mut stages = Stages::new(
             sandbox,
             &ws.recipe,
             surface.includes_dir(layout::OPERATORS_DIR),
         );
+        stages.progress = progress.clone();
         let engine = make_engine(&ws.engine.engine).await?;
         let model = model_client(&ws.recipe)?;
         let redactor = Redactor::new(&ws.task_set);
+        let recipe = agent_driver::RecipeState::restore(&ws, &archive, &stages)?;
         Ok(Driver {
             ws,
             archive: Mutex::new(archive),
@@ -272,13 +290,25 @@ impl Driver {
             model,
             redactor,
             verbose,
+            cancel,
+            progress,
+            recipe,
+            agent: None,
             _lock: lock,
         })
     }
 
+    /// Evaluate with `engine` instead of the one the workspace names: `evolve bench` runs
+    /// generations with a no-op engine to measure the framework alone.
+    pub fn with_engine(mut self, engine: Arc<dyn Engine>) -> Driver {
+        self.engine = engine;
+        self
+    }
+
     pub(crate) fn say(&self, line: impl AsRef<str>) {
-        if self.verbose {
-            eprintln!("{}", line.as_ref());
+        let line = line.as_ref();
+        if self.verbose && !self.progress.emit(progress::Event::Note(line.to_string())) {
+            eprintln!("{line}");
         }
     }
 
@@ -311,6 +341,7 @@ impl Driver {
 
     /// Write the champion cache (`evolve verify` compares it; nothing trusts it).
     fn write_champion_cache(&self, state: &State) {
+        self.report_state(state);
         let v = Champion::cache_value(state.champion.as_ref());
         let _ = std::fs::write(
             self.ws.paths.champion_cache(),
@@ -328,9 +359,16 @@ impl Driver {
             .children_per_gen
             .unwrap_or(recipe.experiment.children_per_gen)
             .max(1);
+        self.progress.install(&opts.progress);
+        self.report_state(&self.state());
         self.ensure_genesis().await?;
         let mut status = "complete".to_string();
         'generations: for generation in 1..=max_gen {
+            self.check_cancelled(&format!("generation {generation}"))?;
+            self.progress.emit(progress::Event::GenerationStarted {
+                generation,
+                of: max_gen,
+            });
             let genids: Vec<String> = (0..children)
                 .map(|i| genid(generation, i, children))
                 .collect();
@@ -350,6 +388,7 @@ impl Driver {
             if fresh.is_empty() {
                 continue;
             }
+            self.drive(generation).await?;
             if let Some(why) = self.budget_refusal(&self.state(), fresh.len()) {
                 for g in &fresh {
                     self.append(
@@ -373,7 +412,9 @@ impl Driver {
             self.write_champion_cache(&self.state());
         }
         if status == "complete" {
+            self.check_cancelled("the final anchor")?;
             self.final_anchor().await?;
+            self.sealed_acceptance().await?;
         }
         let state = self.state();
         self.write_champion_cache(&state);
@@ -400,6 +441,7 @@ impl Driver {
             anchor_after: state.champion.as_ref().and_then(|c| anchor(&c.genid)),
             spent_usd: state.spent(),
             budget_usd: self.ws.recipe.experiment.budget_usd,
+            acceptance: self.acceptance(),
         }
     }
 
@@ -596,15 +638,13 @@ impl Driver {
     /// Run an evaluation; a changed evaluator is returned as an error for the caller to
     /// archive, a host failure stops the run.
     pub(crate) async fn evaluate(&self, req: &EvalRequest) -> Result<Evaluated> {
-        evaluate::evaluate(&self.ws, self.engine.clone(), req)
-            .await
-            .map_err(|e| match e {
-                EvalError::Host(m) => RunError::new(format!(
-                    "evaluation of gen/{} failed in the host: {m}",
-                    req.genid
-                )),
-                other => RunError::new(other.to_string()),
-            })
+        self.evaluate_observed(req).await?.map_err(|e| match e {
+            EvalError::Host(m) => RunError::new(format!(
+                "evaluation of gen/{} failed in the host: {m}",
+                req.genid
+            )),
+            other => RunError::new(other.to_string()),
+        })
     }
 
     /// Append a `repair` event for reused trials, then the evaluation itself.
@@ -681,6 +721,9 @@ impl Driver {
                     )
                     .map(|_| None);
             }
+            Err(_) if self.cancel().is_cancelled() => {
+                return Err(self.cancelled(fresh, "select", None));
+            }
             Err(f) => return self.fail_all(fresh, "select", f.message).map(|_| None),
         };
         if let Some(bad) = parents.iter().find(|p| !state.eligible(p)) {
@@ -696,6 +739,10 @@ impl Driver {
         body.insert("generation".into(), json!(generation));
         body.insert("parents".into(), json!(parents));
         body.insert("operator_from".into(), json!(from));
+        if let Some(id) = stages::recorded_identity(&run_dir) {
+            body.insert("operator".into(), id);
+        }
+        body.insert("recipe_sha256".into(), json!(self.recipe.sha256()));
         self.append("select", None, body)?;
         self.say(format!("gen {generation}: select → {}", parents.join(", ")));
         Ok(Some(assign(&parents, fresh.len())))

@@ -13,12 +13,37 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod script;
+pub use script::{
+    SCRIPT_OPERATOR, check_path as check_script_path, recorded_identities, recorded_identity,
+};
+
 /// The recipe's operator bindings, ready to call.
 pub struct Stages {
     sandbox: Arc<Sandbox>,
     bindings: std::collections::BTreeMap<String, Binding>,
     operators_in_surface: bool,
     experiment_seed: u64,
+    /// Where stage-started/finished events go (the driver's channel).
+    pub(crate) progress: super::progress::Channel,
+    /// A driver's revision in force, replacing `bindings` (docs/driver.md).
+    revised: std::sync::RwLock<Option<Revised>>,
+}
+
+/// The bindings of an accepted driver revision, and the stages it rebound to a
+/// component frozen by the host.
+struct Revised {
+    bindings: std::collections::BTreeMap<String, Binding>,
+    rebound: std::collections::BTreeMap<String, Rebound>,
+}
+
+/// A stage's component frozen by the host for a driver revision: loaded from `dir`
+/// (laid out like a checkout) instead of the stage's checkout, and only if its SHA-256
+/// is the archived one.
+#[derive(Debug, Clone)]
+pub struct Rebound {
+    pub dir: std::path::PathBuf,
+    pub sha256: String,
 }
 
 /// Why a stage produced no usable result (the text is archived as the attempt's reason).
@@ -26,6 +51,9 @@ pub struct Stages {
 pub struct StageFailure {
     pub stage: Stage,
     pub message: String,
+    /// The failure kind (`timeout`, `cancelled`, … or `host_error` when the call could
+    /// not be set up).
+    pub kind: &'static str,
 }
 
 impl std::fmt::Display for StageFailure {
@@ -54,21 +82,41 @@ impl Stages {
             bindings: recipe.operators.clone(),
             operators_in_surface,
             experiment_seed: recipe.experiment.seed,
+            progress: Default::default(),
+            revised: Default::default(),
         }
     }
 
     /// Whether the recipe binds `stage` (optional stages are enabled by their key).
     pub fn enabled(&self, stage: Stage) -> bool {
-        self.bindings.contains_key(stage_name(stage))
+        self.binding(stage).is_some()
     }
 
-    fn binding(&self, stage: Stage) -> Option<&Binding> {
-        self.bindings.get(stage_name(stage))
+    /// Make a driver's accepted revision the bindings of every later call.
+    pub fn revise(
+        &self,
+        bindings: std::collections::BTreeMap<String, Binding>,
+        rebound: std::collections::BTreeMap<String, Rebound>,
+    ) {
+        *self.revised.write().unwrap_or_else(|p| p.into_inner()) =
+            Some(Revised { bindings, rebound });
+    }
+
+    fn binding(&self, stage: Stage) -> Option<Binding> {
+        let revised = self.revised.read().unwrap_or_else(|p| p.into_inner());
+        let bindings = revised.as_ref().map_or(&self.bindings, |r| &r.bindings);
+        bindings.get(stage_name(stage)).cloned()
+    }
+
+    fn rebound(&self, stage: Stage) -> Option<Rebound> {
+        let revised = self.revised.read().unwrap_or_else(|p| p.into_inner());
+        revised.as_ref()?.rebound.get(stage_name(stage)).cloned()
     }
 
     /// The context of one call.
     pub fn context(&self, stage: Stage, genid: &str, parent: Option<&str>) -> CallContext {
         let binding = self.binding(stage);
+        let binding = binding.as_ref();
         let config = binding
             .map(|b| Value::Object(b.config.clone()))
             .unwrap_or_else(|| json!({}));
@@ -80,6 +128,8 @@ impl Stages {
             config: String::from_utf8(evolve_archive::canonical_bytes(&config))
                 .unwrap_or_else(|_| "{}".into()),
             deadline_ms: binding.map_or(600_000, |b| (b.timeout_s * 1000.0).round() as u64),
+            // A script operator's script is read in `call`, from the checkout it loads.
+            script: None,
         }
     }
 
@@ -109,7 +159,50 @@ impl Stages {
         input: StageInput,
         record: Value,
     ) -> Result<StageOutput, StageFailure> {
-        let fail = |message: String| StageFailure { stage, message };
+        use super::progress::Event;
+        let genid = super::progress::genid_of(&input).to_string();
+        self.progress.emit(Event::StageStarted {
+            genid: genid.clone(),
+            stage: stage_name(stage).to_string(),
+        });
+        let result = self
+            .call_inner(
+                stage,
+                checkout,
+                run_dir,
+                feedback,
+                capabilities,
+                input,
+                record,
+            )
+            .await;
+        self.progress.emit(Event::StageFinished {
+            genid,
+            stage: stage_name(stage).to_string(),
+            outcome: match &result {
+                Ok(_) => "ok".to_string(),
+                Err(f) => f.kind.to_string(),
+            },
+        });
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn call_inner(
+        &self,
+        stage: Stage,
+        checkout: &Path,
+        run_dir: &Path,
+        feedback: Option<&Path>,
+        capabilities: Capabilities,
+        mut input: StageInput,
+        record: Value,
+    ) -> Result<StageOutput, StageFailure> {
+        let fail = |message: String| StageFailure {
+            stage,
+            message,
+            kind: "host_error",
+        };
         set_aside(run_dir)
             .map_err(|e| fail(format!("cannot prepare {}: {e}", run_dir.display())))?;
         let scratch = run_dir.join("scratch");
@@ -117,10 +210,25 @@ impl Stages {
             .map_err(|e| fail(format!("cannot create {}: {e}", scratch.display())))?;
         write_json(&run_dir.join("input.json"), &record);
         let rel = crate::workspace::layout::component_path(stage_name(stage));
+        // A stage a driver rebound loads the host-frozen component instead (docs/driver.md).
+        let rebound = self.rebound(stage);
+        let from = rebound.as_ref().map_or(checkout, |r| r.dir.as_path());
         let op = self
             .sandbox
-            .load_from_checkout(stage, checkout, &rel)
+            .load_from_checkout(stage, from, &rel)
             .map_err(|e| fail(format!("cannot load {rel}: {e}")))?;
+        if let Some(r) = &rebound
+            && evolve_archive::canonical::hex(&op.digest) != r.sha256
+        {
+            return Err(fail(format!(
+                "{} is not the component the driver revision froze (SHA-256 {})",
+                from.join(&rel).display(),
+                r.sha256
+            )));
+        }
+        // The script comes from the stage's own checkout, like its component would.
+        let script = script::read(self.binding(stage).as_ref(), checkout).map_err(fail)?;
+        script::attach(&mut input, script.clone());
         let grants = Grants::for_stage(
             stage,
             &GrantRequest {
@@ -135,7 +243,7 @@ impl Stages {
             .call(&op, &grants, &self.limits(stage), capabilities, input)
             .await;
         let _ = report.write_logs(run_dir, "operator");
-        let result = match &report.outcome {
+        let mut result = match &report.outcome {
             Ok(out) => {
                 json!({"ok": out.to_json(), "component_sha256": evolve_archive::canonical::hex(&op.digest), "elapsed_ms": report.elapsed.as_millis() as u64})
             }
@@ -143,10 +251,13 @@ impl Stages {
                 json!({"error": {"kind": f.kind(), "message": f.to_string()}, "component_sha256": evolve_archive::canonical::hex(&op.digest), "elapsed_ms": report.elapsed.as_millis() as u64})
             }
         };
+        script::identity_fields(script.as_ref(), &mut result);
         write_json(&run_dir.join("result.json"), &result);
-        report
-            .outcome
-            .map_err(|f| fail(format!("{} ({})", f, f.kind())))
+        report.outcome.map_err(|f| StageFailure {
+            stage,
+            message: format!("{} ({})", f, f.kind()),
+            kind: f.kind(),
+        })
     }
 }
 

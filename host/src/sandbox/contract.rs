@@ -78,6 +78,7 @@ pub fn stage_name(stage: Stage) -> &'static str {
         Stage::Gate => "gate",
         Stage::Record => "record",
         Stage::Reflect => "reflect",
+        Stage::Driver => "driver",
     }
 }
 
@@ -97,11 +98,31 @@ pub fn parse_stage(name: &str) -> Option<Stage> {
     ALL_STAGES.into_iter().find(|s| stage_name(*s) == name)
 }
 
+/// Every world a component may export: the lifecycle stages plus the agent driver,
+/// which no recipe binds (`evolve run --driver`, docs/driver.md).
+pub const ALL_WORLDS: [Stage; 10] = [
+    Stage::Select,
+    Stage::Rollout,
+    Stage::Analyze,
+    Stage::Mutate,
+    Stage::Validate,
+    Stage::Novelty,
+    Stage::Gate,
+    Stage::Record,
+    Stage::Reflect,
+    Stage::Driver,
+];
+
+/// A lifecycle stage or `driver`, by name (for author tooling).
+pub fn parse_world(name: &str) -> Option<Stage> {
+    ALL_WORLDS.into_iter().find(|s| stage_name(*s) == name)
+}
+
 /// The host capabilities a stage's world imports.
 pub fn granted_capabilities(stage: Stage) -> &'static [&'static str] {
     match stage {
         Stage::Rollout | Stage::Validate => &["tasks"],
-        Stage::Analyze | Stage::Reflect => &["model"],
+        Stage::Analyze | Stage::Reflect | Stage::Driver => &["model"],
         Stage::Mutate => &["model", "tasks"],
         Stage::Select | Stage::Novelty | Stage::Gate | Stage::Record => &[],
     }
@@ -151,7 +172,7 @@ pub fn exported_stages(engine: &Engine, component: &Component) -> Vec<Stage> {
         .exports(engine)
         .map(|(name, _)| name.to_string())
         .collect();
-    ALL_STAGES
+    ALL_WORLDS
         .into_iter()
         .filter(|s| exports.contains(&interface(stage_name(*s))))
         .collect()
@@ -172,7 +193,7 @@ fn check_exports(exports: &[String], stage: Stage) -> Result<(), ContractError> 
     }
     let wanted = interface(stage_name(stage));
     if !exports.contains(&wanted) {
-        let exported: Vec<String> = ALL_STAGES
+        let exported: Vec<String> = ALL_WORLDS
             .iter()
             .filter(|s| exports.contains(&interface(stage_name(**s))))
             .map(|s| format!("`{}`", stage_name(*s)))

@@ -61,6 +61,8 @@ pub enum OperatorFailure {
     ContractMismatch(String),
     /// The host could not set the call up (e.g. a granted directory is missing).
     Host(String),
+    /// The user stopped the run while the call was in flight (or before it started).
+    Cancelled,
 }
 
 impl OperatorFailure {
@@ -76,6 +78,7 @@ impl OperatorFailure {
             OperatorFailure::MalformedResult(_) => "malformed_result",
             OperatorFailure::ContractMismatch(_) => "contract_mismatch",
             OperatorFailure::Host(_) => "host_error",
+            OperatorFailure::Cancelled => "cancelled",
         }
     }
 }
@@ -120,6 +123,7 @@ impl fmt::Display for OperatorFailure {
                 write!(f, "the operator breaks the contract: {m}")
             }
             OperatorFailure::Host(m) => write!(f, "the host could not run the operator: {m}"),
+            OperatorFailure::Cancelled => write!(f, "the call was cancelled (the run was stopped)"),
         }
     }
 }

@@ -39,15 +39,23 @@ pub enum StageInput {
         ctx: CallContext,
         child: ArchiveRow,
         parent: Option<ArchiveRow>,
+        archive: ArchiveView,
+        diff: Option<CandidateDiff>,
     },
     Record {
         ctx: CallContext,
         child: ArchiveRow,
+        diff: Option<CandidateDiff>,
     },
     Reflect {
         ctx: CallContext,
         archive: ArchiveView,
         playbook: Vec<PlaybookEntry>,
+    },
+    /// The agent driver, after a completed generation (not a lifecycle stage).
+    Driver {
+        ctx: CallContext,
+        feedback: DriverFeedback,
     },
 }
 
@@ -65,6 +73,7 @@ impl StageInput {
             StageInput::Gate { .. } => Stage::Gate,
             StageInput::Record { .. } => Stage::Record,
             StageInput::Reflect { .. } => Stage::Reflect,
+            StageInput::Driver { .. } => Stage::Driver,
         })
     }
 }
@@ -83,6 +92,9 @@ pub enum StageOutput {
     Gate(GateDecision),
     Annotations(Map<String, Value>),
     Playbook(Vec<PlaybookOp>),
+    /// The driver's proposed revision; `None` keeps the active recipe. The recipe text is
+    /// a JSON object (checked), not yet checked against anything else.
+    Revision(Option<Revision>),
 }
 
 impl StageOutput {
@@ -117,6 +129,9 @@ impl StageOutput {
             }),
             StageOutput::Annotations(a) => Value::Object(a.clone()),
             StageOutput::Playbook(ops) => Value::Array(ops.iter().map(playbook_op_json).collect()),
+            StageOutput::Revision(r) => json!({"revision": r.as_ref().map(|r| json!({
+                "recipe": parse_or_text(&r.recipe), "reason": r.reason,
+            }))}),
         }
     }
 }

@@ -13,6 +13,7 @@
 
 mod bindings;
 mod cache;
+mod cancel;
 mod capabilities;
 mod contract;
 mod failure;
@@ -25,8 +26,12 @@ mod state;
 pub use bindings::stage::meta::Description;
 pub use bindings::{model, tasks, types};
 pub use cache::{CacheSource, ComponentDigest, default_cache_dir, hex};
+pub use cancel::Cancel;
 pub use capabilities::{BoxFuture, Capabilities, ModelBackend, NoModel, NoTasks, TaskBackend};
-pub use contract::{ALL_STAGES, ContractError, granted_capabilities, parse_stage, stage_name};
+pub use contract::{
+    ALL_STAGES, ALL_WORLDS, ContractError, granted_capabilities, parse_stage, parse_world,
+    stage_name,
+};
 pub use failure::{LoadError, LoadErrorKind, OperatorFailure, panic_message};
 pub use io::{StageInput, StageOutput};
 pub use output::CapturedOutput;
@@ -55,12 +60,35 @@ pub struct SandboxConfig {
     pub fuel: bool,
 }
 
+/// Operator calls made through one sandbox and the time spent in them.
+#[derive(Debug, Default)]
+struct CallTally {
+    calls: std::sync::atomic::AtomicU64,
+    nanos: std::sync::atomic::AtomicU64,
+}
+
+impl CallTally {
+    fn add(&self, d: Duration) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.calls.fetch_add(1, Relaxed);
+        self.nanos.fetch_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX), Relaxed);
+    }
+
+    fn get(&self) -> (u64, Duration) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.calls.load(Relaxed), Duration::from_nanos(self.nanos.load(Relaxed)))
+    }
+}
+
 /// One engine, its linkers and its compile cache, shared by every call.
 pub struct Sandbox {
     engine: Engine,
     cache: CompileCache,
     fuel: bool,
-    linkers: [OnceLock<Result<Linker<CallState>, String>>; 9],
+    linkers: [OnceLock<Result<Linker<CallState>, String>>; contract::ALL_WORLDS.len()],
+    /// Set when the user stops the run: every call in flight ends as cancelled.
+    cancel: Cancel,
+    tally: CallTally,
 }
 
 /// A component checked against a stage's world and ready to instantiate.
@@ -103,7 +131,14 @@ impl Sandbox {
             cache,
             fuel: config.fuel,
             linkers: Default::default(),
+            cancel: Cancel::default(),
+            tally: CallTally::default(),
         }))
+    }
+
+    /// The token that cancels this sandbox's calls (in flight and future ones).
+    pub fn cancel_token(&self) -> Cancel {
+        self.cancel.clone()
     }
 
     pub fn engine(&self) -> &Engine {
@@ -243,31 +278,52 @@ impl Sandbox {
             );
             return CallReport::failed(OperatorFailure::Host(msg), started);
         }
+        if self.cancel.is_cancelled() {
+            return CallReport::failed(OperatorFailure::Cancelled, started);
+        }
         let ticks = limits.timeout.as_millis().div_ceil(TICK.as_millis()).max(1) as u64 + 1;
-        let (mut store, streams) =
-            match state::new_store(&self.engine, grants, limits, capabilities, ticks) {
-                Ok(s) => s,
-                Err(e) => return CallReport::failed(OperatorFailure::Host(e.to_string()), started),
-            };
+        let (mut store, streams) = match state::new_store(
+            &self.engine,
+            grants,
+            limits,
+            capabilities,
+            ticks,
+            self.cancel.clone(),
+        ) {
+            Ok(s) => s,
+            Err(e) => return CallReport::failed(OperatorFailure::Host(e.to_string()), started),
+        };
         let fut = invoke(op, &mut store, input);
-        let timed = tokio::time::timeout(limits.timeout + TICK * 2, fut).await;
+        // A guest in wasm code is trapped by the epoch callback; one blocked in a host
+        // call is dropped here when the token is set.
+        let timed = tokio::select! {
+            biased;
+            () = self.cancel.cancelled() => None,
+            r = tokio::time::timeout(limits.timeout + TICK * 2, fut) => Some(r),
+        };
         let stderr = streams.stderr.take();
         let outcome = match timed {
-            Err(_) => Err(OperatorFailure::Timeout {
+            None => Err(OperatorFailure::Cancelled),
+            Some(Err(_)) => Err(OperatorFailure::Timeout {
                 limit: limits.timeout,
                 in_host_call: true,
             }),
-            Ok(Ok(Ok(out))) => check_size(out, limits.result_bytes),
+            Some(Ok(Ok(Ok(out)))) => check_size(out, limits.result_bytes),
             // The size cap covers a reported error's text as well as a result.
-            Ok(Ok(Err(OperatorFailure::Reported(msg)))) if msg.len() > limits.result_bytes => {
+            Some(Ok(Ok(Err(OperatorFailure::Reported(msg)))))
+                if msg.len() > limits.result_bytes =>
+            {
                 Err(OperatorFailure::MalformedResult(format!(
                     "the reported error is {} bytes; the limit is {}",
                     msg.len(),
                     limits.result_bytes
                 )))
             }
-            Ok(Ok(Err(contract_msg))) => Err(contract_msg),
-            Ok(Err(err)) => Err(failure::classify(
+            Some(Ok(Ok(Err(contract_msg)))) => Err(contract_msg),
+            Some(Ok(Err(err))) if err.downcast_ref::<cancel::CancelledTrap>().is_some() => {
+                Err(OperatorFailure::Cancelled)
+            }
+            Some(Ok(Err(err))) => Err(failure::classify(
                 &err,
                 store.data().limiter.refused,
                 limits.memory_bytes,
@@ -282,13 +338,21 @@ impl Sandbox {
                 .map(|left| initial.saturating_sub(left)),
             _ => None,
         };
+        let elapsed = started.elapsed();
+        self.tally.add(elapsed);
         CallReport {
             outcome,
             stdout: streams.stdout.take(),
             stderr,
-            elapsed: started.elapsed(),
+            elapsed,
             fuel_consumed,
         }
+    }
+
+    /// Calls completed so far (past the input check) and the time spent in them:
+    /// `evolve bench` splits a generation's time into operators and framework with it.
+    pub fn call_tally(&self) -> (u64, Duration) {
+        self.tally.get()
     }
 
     fn linker(&self, stage: Stage) -> Result<&Linker<CallState>, String> {
@@ -455,18 +519,31 @@ async fn invoke(
                     .map(results::check_novelty),
             )
         }
-        StageInput::Gate { ctx, child, parent } => {
+        StageInput::Gate {
+            ctx,
+            child,
+            parent,
+            archive,
+            diff,
+        } => {
             let g = stage_guest!(gate);
             reported(
-                g.call_decide(&mut *store, &ctx, &child, parent.as_ref())
+                g.call_decide(
+                    &mut *store,
+                    &ctx,
+                    &child,
+                    parent.as_ref(),
+                    &archive,
+                    diff.as_ref(),
+                )
                     .await?
                     .map(results::check_gate),
             )
         }
-        StageInput::Record { ctx, child } => {
+        StageInput::Record { ctx, child, diff } => {
             let g = stage_guest!(record);
             reported(
-                g.call_annotate(&mut *store, &ctx, &child)
+                g.call_annotate(&mut *store, &ctx, &child, diff.as_ref())
                     .await?
                     .map(results::check_annotations),
             )
@@ -481,6 +558,14 @@ async fn invoke(
                 g.call_reflect(&mut *store, &ctx, &archive, &playbook)
                     .await?
                     .map(results::check_playbook),
+            )
+        }
+        StageInput::Driver { ctx, feedback } => {
+            let g = stage_guest!(driver);
+            reported(
+                g.call_revise(&mut *store, &ctx, &feedback)
+                    .await?
+                    .map(results::check_revision),
             )
         }
     })

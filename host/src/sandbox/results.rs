@@ -114,6 +114,15 @@ pub(crate) fn check_playbook(ops: Vec<PlaybookOp>) -> Check<StageOutput> {
     Ok(StageOutput::Playbook(ops))
 }
 
+/// A revision's recipe must be a JSON object; what it may change is the lifecycle's
+/// business (`lifecycle::agent_driver`), checked against the active recipe.
+pub(crate) fn check_revision(r: Option<Revision>) -> Check<StageOutput> {
+    if let Some(r) = &r {
+        json_object("revision recipe", &r.recipe)?;
+    }
+    Ok(StageOutput::Revision(r))
+}
+
 fn json_object(what: &str, text: &str) -> Check<Map<String, Value>> {
     match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(map)) => Ok(map),
@@ -181,6 +190,7 @@ pub(crate) fn size(out: &StageOutput) -> usize {
                 PlaybookOp::Retire(id) => id.len(),
             })
             .sum(),
+        StageOutput::Revision(r) => r.as_ref().map_or(0, |r| r.recipe.len() + r.reason.len()),
     }
 }
 

@@ -81,6 +81,7 @@ pub(crate) fn new_store(
     limits: &Limits,
     capabilities: Capabilities,
     epoch_ticks: u64,
+    cancel: super::Cancel,
 ) -> std::io::Result<(Store<CallState>, Streams)> {
     let streams = Streams {
         stdout: CappedOutput::new(limits.log_bytes),
@@ -128,8 +129,20 @@ pub(crate) fn new_store(
     };
     let mut store = Store::new(engine, state);
     store.limiter(|s| &mut s.limiter);
-    store.set_epoch_deadline(epoch_ticks);
-    store.epoch_deadline_trap();
+    // Wake every tick: trap with the deadline's interrupt once `epoch_ticks` have passed
+    // (reported as a timeout), or at once when the run is cancelled.
+    let mut elapsed = 0u64;
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(move |_| {
+        elapsed += 1;
+        if cancel.is_cancelled() {
+            return Err(wasmtime::Error::new(super::cancel::CancelledTrap));
+        }
+        if elapsed >= epoch_ticks {
+            return Ok(wasmtime::UpdateDeadline::Interrupt);
+        }
+        Ok(wasmtime::UpdateDeadline::Continue(1))
+    });
     if let Some(fuel) = limits.fuel {
         store
             .set_fuel(fuel)

@@ -272,6 +272,7 @@ fn write_evaluator(recipe: &Recipe, base: &Path, root: &Path) -> Result<FrozenTa
 /// and sources.
 fn write_operators(recipe: &Recipe, base: &Path, root: &Path) -> Result<()> {
     let mut manifest = Map::new();
+    let mut scripts = std::collections::BTreeMap::new();
     for (stage, binding) in &recipe.operators {
         if parse_stage(stage).is_none() {
             continue;
@@ -284,16 +285,17 @@ fn write_operators(recipe: &Recipe, base: &Path, root: &Path) -> Result<()> {
                 .map_err(|e| err(format!("cannot create {}: {e}", p.display())))?;
         }
         std::fs::write(&path, &bytes).map_err(|e| err(format!("cannot write {rel}: {e}")))?;
-        manifest.insert(
-            stage.clone(),
-            json!({
-                "file": rel,
-                "operator": binding.operator,
-                "sha256": evolve_archive::sha256_hex(&bytes),
-                "bytes": bytes.len(),
-                "source": source,
-            }),
-        );
+        let mut entry = json!({
+            "file": rel,
+            "operator": binding.operator,
+            "sha256": evolve_archive::sha256_hex(&bytes),
+            "bytes": bytes.len(),
+            "source": source,
+        });
+        if let Some(script) = install_script(stage, binding, base, root, &mut scripts)? {
+            entry["script"] = script;
+        }
+        manifest.insert(stage.clone(), entry);
     }
     write_text(
         &root.join(layout::COMPONENTS_MANIFEST),
@@ -303,6 +305,103 @@ fn write_operators(recipe: &Recipe, base: &Path, root: &Path) -> Result<()> {
         .unwrap_or_default()
             + "\n"),
     )
+}
+
+/// Shipped operator scripts, `(stage, name, text)`: what `config.builtin` of an
+/// `operator: script` binding names (docs/scripts.md).
+const BUILTIN_SCRIPTS: &[(&str, &str, &str)] = &[
+    (
+        "select",
+        "score_child_prop",
+        include_str!("../../../operators/select/script/scripts/score_child_prop.rhai"),
+    ),
+    (
+        "validate",
+        "minibatch_improvement",
+        include_str!("../../../operators/validate/script/scripts/minibatch_improvement.rhai"),
+    ),
+    (
+        "novelty",
+        "accept_all",
+        include_str!("../../../operators/novelty/script/scripts/accept_all.rhai"),
+    ),
+    (
+        "gate",
+        "hillclimb",
+        include_str!("../../../operators/gate/script/scripts/hillclimb.rhai"),
+    ),
+    (
+        "gate",
+        "parent_eligible",
+        include_str!("../../../operators/gate/script/scripts/parent_eligible.rhai"),
+    ),
+    (
+        "record",
+        "notes",
+        include_str!("../../../operators/record/script/scripts/notes.rhai"),
+    ),
+];
+
+/// The text of a shipped script.
+pub fn builtin_script(stage: &str, name: &str) -> Option<&'static str> {
+    BUILTIN_SCRIPTS
+        .iter()
+        .find(|(s, n, _)| *s == stage && *n == name)
+        .map(|(_, _, text)| *text)
+}
+
+/// For an `operator: script` binding, put its script at `config.source` in gen/0: the
+/// shipped script `config.builtin`, else the file at `source` next to the recipe. Two
+/// bindings may share a source only with the same text. Returns the manifest's record
+/// of it.
+fn install_script(
+    stage: &str,
+    binding: &recipe::Binding,
+    base: &Path,
+    root: &Path,
+    installed: &mut std::collections::BTreeMap<String, String>,
+) -> Result<Option<Value>> {
+    if binding.operator != crate::lifecycle::stages::SCRIPT_OPERATOR {
+        return Ok(None);
+    }
+    let at = format!("operators.{stage}.config");
+    let source = binding
+        .config
+        .get("source")
+        .and_then(Value::as_str)
+        .ok_or_else(|| err(format!("{at}.source: a script operator names its script")))?;
+    crate::lifecycle::stages::check_script_path(source)
+        .map_err(|e| err(format!("{at}.source: {e}")))?;
+    let (text, origin) = match binding.config.get("builtin").and_then(Value::as_str) {
+        Some(name) => (
+            builtin_script(stage, name)
+                .ok_or_else(|| err(format!("{at}.builtin: no shipped {stage} script `{name}`")))?
+                .to_string(),
+            format!("builtin:{stage}/{name}"),
+        ),
+        None => {
+            let path = resolve(base, source);
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                err(format!("{at}.source: cannot read {} ({e})", path.display()))
+                    .hint("set config.builtin to a shipped script, or put the script at that path next to the recipe")
+            })?;
+            (text, format!("file:{}", path.display()))
+        }
+    };
+    if let Some(other) = installed.get(source)
+        && *other != text
+    {
+        return Err(err(format!(
+            "{at}.source: {source} is also another binding's script, with different text"
+        )));
+    }
+    write_text(&root.join(source), &text)?;
+    installed.insert(source.to_string(), text.clone());
+    Ok(Some(json!({
+        "file": source,
+        "sha256": evolve_archive::sha256_hex(text.as_bytes()),
+        "source": origin,
+    })))
 }
 
 /// The component bytes a binding names, and where they came from.

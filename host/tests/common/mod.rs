@@ -242,6 +242,7 @@ pub fn ctx(config: Value) -> CallContext {
         seed: 7,
         config: config.to_string(),
         deadline_ms: 60_000,
+        script: None,
     }
 }
 
@@ -268,6 +269,7 @@ pub fn mutate_input(attack: &str) -> StageInput {
             rollout: None,
             analysis: None,
             feedback_dir: Some("/feedback".into()),
+            archive: None,
             surface: Surface {
                 includes: vec!["target/**".into()],
                 excludes: Vec::new(),

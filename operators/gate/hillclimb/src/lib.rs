@@ -73,6 +73,7 @@ impl Gate for Hillclimb {
         ctx: &Context,
         child: &ArchiveRow,
         parent: Option<&ArchiveRow>,
+        _input: &GateInput,
     ) -> Result<GateDecision, String> {
         Ok(decide(child, parent, ctx.bool("strict").unwrap_or(true)))
     }
@@ -104,7 +105,12 @@ mod tests {
         let schema = <Hillclimb as Operator>::config().build().unwrap();
         let ctx = Context::for_test(Value::Object(schema.normalize_value(&config).unwrap()));
         let parent = parent.map(|s| row("1", s));
-        let d = Hillclimb::decide(&ctx, &row("2", child), parent.as_ref()).unwrap();
+        let archive = evolve_operator_sdk::testing::view(vec![]);
+        let input = GateInput {
+            archive: &archive,
+            diff: None,
+        };
+        let d = Hillclimb::decide(&ctx, &row("2", child), parent.as_ref(), &input).unwrap();
         (matches!(d.verdict, Verdict::Keep), d.reason)
     }
 

@@ -33,6 +33,7 @@ impl Gate for ParentEligible {
         _ctx: &Context,
         child: &ArchiveRow,
         _parent: Option<&ArchiveRow>,
+        _input: &GateInput,
     ) -> Result<GateDecision, String> {
         Ok(decide(child))
     }
@@ -61,7 +62,13 @@ mod tests {
     }
 
     fn run(child: &ArchiveRow, parent: Option<&ArchiveRow>) -> (bool, String) {
-        let d = ParentEligible::decide(&Context::for_test(json!({})), child, parent).unwrap();
+        let archive = evolve_operator_sdk::testing::view(vec![]);
+        let input = GateInput {
+            archive: &archive,
+            diff: None,
+        };
+        let ctx = Context::for_test(json!({}));
+        let d = ParentEligible::decide(&ctx, child, parent, &input).unwrap();
         (matches!(d.verdict, Verdict::Keep), d.reason)
     }
 

@@ -26,6 +26,7 @@ fn observation(rollout: Option<Value>, analysis: Option<Value>) -> Observation {
         rollout: rollout.map(evidence),
         analysis: analysis.map(evidence),
         feedback_dir: Some("/feedback".into()),
+        archive: None,
         surface: Surface {
             includes: vec!["target/**".into()],
             excludes: vec![],

@@ -61,6 +61,7 @@ fn observation(includes: &[&str]) -> Observation {
             artifacts: vec![],
         }),
         feedback_dir: Some("/feedback".into()),
+        archive: None,
         surface: Surface {
             includes: includes.iter().map(|s| s.to_string()).collect(),
             excludes: vec![],
@@ -362,6 +363,7 @@ fn evidence_shares_one_budget_in_order() {
         rollout: None,
         analysis: None,
         feedback_dir: None,
+        archive: None,
         surface: obs.surface.clone(),
     };
     assert_eq!(

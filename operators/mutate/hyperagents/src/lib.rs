@@ -11,6 +11,12 @@
 //! [`POLICY_FILE`] (`operators/policy.md`), as its standing policy: the model sees it
 //! first in every later generation whose parent carries it, so rewriting it steers how
 //! later proposals are made (the self-improvement loop without recompiling anything).
+//! The stages bound as script operators (`operator: script`, docs/scripts.md) run Rhai
+//! scripts that live under `operators/` too: the system prompt lists them (from
+//! `operators/manifest.json`), with the function each defines and when an edit to it
+//! takes effect (validate and novelty: this very proposal; gate and record: this
+//! generation's own; select: once a descendant is the champion; rollout, analyze and
+//! mutate: the edit's descendants).
 //!
 //! The prompt holds the generation, the editable roots and the surface, the standing
 //! policy (at most [`POLICY_CHARS`] characters), the train evidence (analysis summary,
@@ -197,8 +203,85 @@ pub fn editable_roots(
     (roots, notes)
 }
 
-/// The system message; `operators` says whether `operators/` is editable.
-pub fn system_prompt(operators: bool, max_files: usize) -> String {
+/// The operator scripts of this checkout, `(stage, path)`, in lifecycle order, from
+/// `operators/manifest.json` (what `evolve init` installed for `operator: script`
+/// bindings). Unreadable or absent: none.
+pub fn operator_scripts(root: &Path) -> Vec<(String, String)> {
+    let Ok(text) = std::fs::read_to_string(root.join("operators/manifest.json")) else {
+        return vec![];
+    };
+    let manifest: Value = evolve_operator_sdk::serde_json::from_str(&text).unwrap_or_default();
+    const ORDER: [&str; 9] = [
+        "select", "rollout", "analyze", "mutate", "validate", "novelty", "gate", "record",
+        "reflect",
+    ];
+    ORDER
+        .iter()
+        .filter_map(|stage| {
+            let file = manifest["components"][stage]["script"]["file"].as_str()?;
+            Some((stage.to_string(), file.to_string()))
+        })
+        .collect()
+}
+
+/// What a stage's script defines, and when an edit to it takes effect (the stage's
+/// loading rule, docs/lifecycle.md).
+fn script_contract(stage: &str) -> (&'static str, &'static str) {
+    match stage {
+        "select" => (
+            "fn select(ctx, archive) -> [generation ids]",
+            "loaded from the champion's commit: steers parent choice once a descendant of this edit is the champion",
+        ),
+        "validate" => (
+            "fn validate(ctx, changed, rollout) -> #{accept, reason, artifacts}",
+            "loaded from the tree you are editing: judges this very proposal",
+        ),
+        "novelty" => (
+            "fn assess(ctx, diff) -> #{novelty, accept}",
+            "loaded from the tree you are editing: judges this very proposal",
+        ),
+        "gate" => (
+            "fn decide(ctx, child, parent) -> #{verdict: \"keep\" or \"discard\", reason}",
+            "loaded from the committed child: decides this generation too",
+        ),
+        "record" => (
+            "fn annotate(ctx, child) -> #{note, …}",
+            "loaded from the committed child: annotates this generation too",
+        ),
+        _ => (
+            "the stage's function",
+            "loaded from the stage's checkout (docs/lifecycle.md)",
+        ),
+    }
+}
+
+/// The system message's section on operator scripts (empty without any).
+fn scripts_section(scripts: &[(String, String)]) -> String {
+    if scripts.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from(
+        "These stages run Rhai scripts under operators/ that you may improve (each file documents itself; ctx.config holds the recipe's parameters, which you cannot change):
+",
+    );
+    for (stage, path) in scripts {
+        let (function, rule) = script_contract(stage);
+        s.push_str(&format!(
+            "- {stage}: {path}, `{function}`; {rule}.
+"
+        ));
+    }
+    s.push_str(
+        "A script that does not parse, throws, or runs past its operation or memory limits fails its stage in every generation that loads it, so keep edits small and correct.
+
+",
+    );
+    s
+}
+
+/// The system message; `operators` says whether `operators/` is editable, `scripts`
+/// lists the operator scripts there ([`operator_scripts`]).
+pub fn system_prompt(operators: bool, max_files: usize, scripts: &[(String, String)]) -> String {
     let mut s = String::from(
         "You improve a self-improving agent system. The task agent lives under target/; the \
 benchmark scores only target/, on tasks you never see (your evidence comes from train tasks), \
@@ -210,10 +293,11 @@ so make changes that generalize and never special-case a task.\n\n",
 (<stage>.wasm, compiled and binary, so they cannot be edited) and text files. This mutation \
 step reads {POLICY_FILE} as its standing policy in every later generation: rewrite it when \
 the evidence shows that changing how proposals are made pays off more than a direct change, \
-and say how later proposals will benefit. Edits under operators/ take effect for later \
-generations, never for the one being made. Still prefer a substantive target/ improvement in \
-every proposal, and do not make cosmetic target/ edits just to have one.\n\n"
+and say how later proposals will benefit; an edit to it takes effect in later generations, \
+never for the one being made. Still prefer a substantive target/ improvement in every \
+proposal, and do not make cosmetic target/ edits just to have one.\n\n"
         ));
+        s.push_str(&scripts_section(scripts));
     }
     s.push_str(&format!(
         "You answer once. Begin with a short rationale (the evidence, the change, the expected \
@@ -342,11 +426,16 @@ pub fn hyperagents_with(
         listing.extend(edits::list_files(root, r, MAX_LISTED_FILES));
     }
     let files = edits::files_context(&listing, &policy, settings.context_chars);
+    let scripts = if operators {
+        operator_scripts(root)
+    } else {
+        vec![]
+    };
     let request = ChatRequest {
         messages: vec![
             Message {
                 role: Role::System,
-                content: system_prompt(operators, settings.max_files),
+                content: system_prompt(operators, settings.max_files, &scripts),
             },
             Message {
                 role: Role::User,

@@ -30,6 +30,7 @@ fn observation(includes: &[&str]) -> Observation {
         }),
         analysis: None,
         feedback_dir: Some("/feedback".into()),
+        archive: None,
         surface: surface(includes),
     }
 }
@@ -105,7 +106,7 @@ fn edits_target_and_operator_policy_and_refuses_components() {
     assert_eq!(requests.len(), 1);
     let r = &requests[0];
     assert_eq!((r.max_tokens, r.temperature), (Some(4096), Some(0.7)));
-    assert_eq!(r.messages[0].content, system_prompt(true, 8));
+    assert_eq!(r.messages[0].content, system_prompt(true, 8, &[]));
     assert_eq!(
         r.messages[1].content,
         "# Generation 4 (parent 1)\n\nEditable roots: target/, operators/\n\n\
@@ -194,7 +195,7 @@ fn operators_are_editable_only_when_the_surface_and_the_grant_allow() {
         &mut chat,
     )
     .unwrap();
-    assert_eq!(sys, system_prompt(false, 8));
+    assert_eq!(sys, system_prompt(false, 8, &[]));
     assert!(!sys.contains("operators/"));
     assert_eq!(p.changed, vec!["target/params.json"]);
     assert_eq!(
@@ -322,4 +323,44 @@ fn schema_defaults_and_violations() {
         vec!["max_files", "roots[0]", "temperature"]
     );
     assert_eq!(paths(json!({"roots": []})), vec!["roots"]);
+}
+
+#[test]
+fn the_operator_scripts_and_their_loading_rules_are_in_the_system_prompt() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(d.path().join("operators")).unwrap();
+    std::fs::write(
+        d.path().join("operators/manifest.json"),
+        json!({"schema": "evolve.components.v1", "components": {
+            "gate": {"file": "operators/gate.wasm", "script": {"file": "operators/gate/policy.rhai"}},
+            "select": {"file": "operators/select.wasm", "script": {"file": "operators/select/policy.rhai"}},
+            "mutate": {"file": "operators/mutate.wasm"},
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    let scripts = operator_scripts(d.path());
+    assert_eq!(
+        scripts,
+        vec![
+            (
+                "select".to_string(),
+                "operators/select/policy.rhai".to_string()
+            ),
+            ("gate".to_string(), "operators/gate/policy.rhai".to_string()),
+        ]
+    );
+    let sys = system_prompt(true, 8, &scripts);
+    assert!(sys.contains("- select: operators/select/policy.rhai, `fn select(ctx, archive) -> [generation ids]`; loaded from the champion's commit"), "{sys}");
+    assert!(
+        sys.contains("- gate: operators/gate/policy.rhai, `fn decide(ctx, child, parent)"),
+        "{sys}"
+    );
+    assert!(
+        sys.contains("loaded from the committed child: decides this generation too"),
+        "{sys}"
+    );
+    // Without operators/ editable there is nothing about scripts.
+    assert!(!system_prompt(false, 8, &scripts).contains("Rhai"));
+    assert!(operator_scripts(&d.path().join("missing")).is_empty());
 }

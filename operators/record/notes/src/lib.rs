@@ -33,7 +33,11 @@ pub fn default_note(child: &ArchiveRow) -> String {
 }
 
 impl Record for Notes {
-    fn annotate(ctx: &Context, child: &ArchiveRow) -> Result<Map<String, Value>, String> {
+    fn annotate(
+        ctx: &Context,
+        child: &ArchiveRow,
+        _diff: Option<&CandidateDiff>,
+    ) -> Result<Map<String, Value>, String> {
         let note = ctx
             .str("note")
             .map(str::to_string)
@@ -70,7 +74,7 @@ mod tests {
     fn annotate(config: Value, child: &ArchiveRow) -> Value {
         let schema = <Notes as Operator>::config().build().unwrap();
         let ctx = Context::for_test(Value::Object(schema.normalize_value(&config).unwrap()));
-        Value::Object(Notes::annotate(&ctx, child).unwrap())
+        Value::Object(Notes::annotate(&ctx, child, None).unwrap())
     }
 
     #[test]

@@ -58,6 +58,7 @@ impl Gate for Vocabulary {
         ctx: &Context,
         _child: &ArchiveRow,
         _parent: Option<&ArchiveRow>,
+        _input: &GateInput,
     ) -> Result<GateDecision, String> {
         // Echo the configuration it received, so tests can see what reached the guest.
         Ok(GateDecision {

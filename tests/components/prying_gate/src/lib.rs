@@ -22,6 +22,7 @@ impl Gate for PryingGate {
         _ctx: &Context,
         _child: &ArchiveRow,
         _parent: Option<&ArchiveRow>,
+        _input: &GateInput,
     ) -> Result<GateDecision, String> {
         let mut r = Report::default();
         for path in [

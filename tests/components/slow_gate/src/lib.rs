@@ -21,6 +21,7 @@ impl Gate for SlowGate {
         ctx: &Context,
         child: &ArchiveRow,
         parent: Option<&ArchiveRow>,
+        _input: &GateInput,
     ) -> Result<GateDecision, String> {
         let ms = ctx.i64("sleep_ms").unwrap_or(0) as u128;
         let start = std::time::Instant::now();

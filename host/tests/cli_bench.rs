@@ -1,0 +1,127 @@
+//! `evolve bench`: the output's shape only (never its timings, which depend on the
+//! machine). One iteration of every measurement, through the real binary.
+
+use serde_json::Value;
+use std::process::Command;
+
+fn bench(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_evolve"))
+        .arg("bench")
+        .args(args)
+        .output()
+        .expect("the evolve binary runs")
+}
+
+fn stat_ok(v: &Value, what: &str) {
+    for k in ["median_ms", "p95_ms"] {
+        let x = v[k]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{what}.{k} is a number: {v}"));
+        assert!(x.is_finite() && x >= 0.0, "{what}.{k} = {x}");
+    }
+    assert!(
+        v["median_ms"].as_f64() <= v["p95_ms"].as_f64(),
+        "{what}: median > P95"
+    );
+    assert!(
+        v["samples"].as_u64().is_some_and(|n| n >= 1),
+        "{what}.samples"
+    );
+}
+
+#[test]
+fn bench_json_has_every_measurement() {
+    let work = tempfile::tempdir().unwrap();
+    let out = bench(&[
+        "--json",
+        "--iterations",
+        "1",
+        "--work-dir",
+        work.path().to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).expect("one JSON object on stdout");
+
+    let names: Vec<&str> = r["table5"]
+        .as_array()
+        .expect("table5 is an array")
+        .iter()
+        .map(|row| {
+            stat_ok(row, "table5 row");
+            assert!(row["rsihub_median_ms"].as_f64().is_some_and(|x| x > 0.0));
+            assert!(row["ratio"].as_f64().is_some_and(|x| x > 0.0));
+            row["operation"].as_str().expect("operation name")
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "workspace init",
+            "candidate worktree + snapshot",
+            "surface validation",
+            "evaluation stamp + archive update",
+            "state verification + champion recomputation",
+            "recovery replay",
+        ]
+    );
+
+    let inv = &r["operator_invocation"];
+    for k in ["cold", "cached", "disk_cache"] {
+        stat_ok(&inv[k], k);
+    }
+    match &inv["python_subprocess"] {
+        Value::Null => assert!(inv["cached_vs_python"].is_null()),
+        p => {
+            stat_ok(p, "python_subprocess");
+            assert!(inv["cached_vs_python"].as_f64().is_some());
+        }
+    }
+
+    let g = &r["generation"];
+    assert_eq!(g["generations"], 1);
+    for k in ["total", "operators", "framework"] {
+        stat_ok(&g[k], k);
+    }
+    assert!(
+        g["operator_calls_per_generation"]
+            .as_f64()
+            .is_some_and(|c| c >= 3.0),
+        "select, mutate and gate ran: {g}"
+    );
+    assert!(
+        g["generations_per_second"]
+            .as_f64()
+            .is_some_and(|x| x > 0.0)
+    );
+
+    let goals = r["goals"].as_array().expect("goals");
+    assert_eq!(goals.len(), 3);
+    assert!(
+        goals
+            .iter()
+            .all(|x| x["met"].is_boolean() && x["measured"].is_string())
+    );
+    assert!(r["machine"]["cores"].as_u64().is_some_and(|c| c >= 1));
+    assert!(
+        std::fs::read_dir(work.path()).unwrap().next().is_none(),
+        "the scratch directory is removed"
+    );
+}
+
+#[test]
+fn bench_rejects_zero_iterations_and_a_missing_work_dir() {
+    let out = bench(&["--iterations", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--iterations"));
+    let out = bench(&["--work-dir", "/nonexistent/evolve-bench-dir"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("scratch directory") && err.contains("/nonexistent/evolve-bench-dir"),
+        "{err}"
+    );
+}

@@ -1,0 +1,298 @@
+//! The command line as a user meets it, through the real binary: exit codes (0 success,
+//! 1 findings, 2 usage errors, 130 interrupted), errors as `evolve: <what> (<where>)`
+//! with a hint, `--json` errors, completions, `diff`, `export` + `verify --bundle`, and
+//! Ctrl-C during a run: the stage ends `cancelled`, the archive verifies, and the next
+//! `evolve run` resumes and completes.
+
+#[path = "support/ws.rs"]
+mod ws;
+
+use serde_json::{Value, json};
+use std::process::{Child, Output};
+use ws::{Exp, Spec, text, wait_for};
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout_json(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(o)))
+}
+
+/// A workspace-less experiment directory for commands that need none.
+fn scratch() -> Exp {
+    Exp::new(&Spec::default())
+}
+
+#[test]
+fn usage_errors_exit_2_in_the_evolve_format_with_a_hint() {
+    let e = scratch();
+    let out = e.evolve(&["frobnicate"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = stderr(&out);
+    assert!(err.starts_with("evolve: "), "{err}");
+    assert!(err.contains("(command line)"), "{err}");
+    assert!(err.contains("hint: "), "{err}");
+
+    let out = e.evolve(&["status", "no-such-workspace"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = stderr(&out);
+    assert!(err.starts_with("evolve: cannot open workspace"), "{err}");
+    assert!(err.contains("hint: create one with `evolve init"), "{err}");
+
+    let out = e.evolve(&["recipe", "show", "nope"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("hint: `evolve recipe list` names them"));
+}
+
+#[test]
+fn with_json_an_error_is_also_json_on_stdout() {
+    let e = scratch();
+    let out = e
+        .evolve(&["log", "no-such-workspace", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let v = stdout_json(&out);
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["error"]["exit_code"], 2);
+    assert!(
+        v["error"]["what"]
+            .as_str()
+            .unwrap()
+            .starts_with("cannot open workspace")
+    );
+    assert!(v["error"]["hint"].as_str().is_some());
+}
+
+#[test]
+fn help_has_examples_and_completions_are_generated() {
+    let e = scratch();
+    for cmd in ["run", "diff", "export", "verify", "completions"] {
+        let out = e.evolve(&[cmd, "--help"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        assert!(text(&out).contains("Examples:"), "{cmd}: {}", text(&out));
+    }
+    let out = e.evolve(&["completions", "bash"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let script = String::from_utf8_lossy(&out.stdout);
+    assert!(script.contains("_evolve()"), "{script}");
+    assert!(script.contains("export"), "every command is completed");
+    let out = e.evolve(&["completions", "tcsh"]).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an unknown shell is a usage error"
+    );
+    let v = stdout_json(
+        &e.evolve(&["completions", "zsh", "--json"])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(v["shell"], "zsh");
+    assert!(v["script"].as_str().unwrap().contains("#compdef evolve"));
+}
+
+#[test]
+fn diff_shows_a_generation_against_its_parent_or_any_other() {
+    let e = Exp::new(&Spec {
+        generations: 1,
+        ..Spec::default()
+    });
+    e.init();
+    e.run_ok(&["run", "ws", "--quiet"]);
+    let v = e.json(&["diff", "1", "-w", "ws", "--json"]);
+    assert_eq!(v["against"], "0", "the default is the parent");
+    assert_eq!(
+        v["files"],
+        json!([{"path": "target/value.txt", "change": "modified", "insertions": 1, "deletions": 1}])
+    );
+    let patch = v["patch"].as_str().unwrap();
+    assert!(patch.contains("-0.1"), "{patch}");
+    let stat = e.run_ok(&["diff", "1", "--against", "0", "-w", "ws", "--stat"]);
+    assert!(
+        text(&stat).contains("modified  target/value.txt (+1 -1)"),
+        "{}",
+        text(&stat)
+    );
+    let same = e.json(&["diff", "1", "--against", "1", "-w", "ws", "--json"]);
+    assert_eq!(same["files"], json!([]));
+
+    let out = e.evolve(&["diff", "0", "-w", "ws"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("has no parent"), "{}", text(&out));
+    let out = e.evolve(&["diff", "7", "-w", "ws"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("not in the archive"),
+        "{}",
+        text(&out)
+    );
+    let out = e
+        .evolve(&["diff", "1", "--against", "7", "-w", "ws"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("no gen/7 tag"), "{}", text(&out));
+}
+
+#[test]
+fn an_exported_bundle_verifies_without_the_workspace_or_the_key_and_tampering_is_found() {
+    let e = Exp::new(&Spec::default());
+    e.init();
+    e.run_ok(&["run", "ws", "--quiet"]);
+    let exported = e.json(&["export", "evidence", "-w", "ws", "--json"]);
+    assert_eq!(exported["ok"], true);
+    assert_eq!(exported["tags"], 3, "gen/0, gen/1, gen/2");
+    let out = e
+        .evolve(&["export", "evidence", "-w", "ws"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "an export never overwrites");
+
+    // Away from the workspace, with an empty key directory: only the bundle is read.
+    let bundle = e.root().join("evidence");
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::fs::rename(&e.ws, elsewhere.path().join("moved-ws")).unwrap();
+    std::fs::remove_dir_all(&e.keys).unwrap();
+    let verify = |extra: &[&str]| {
+        let mut args = vec!["verify", "--bundle", bundle.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        e.evolve(&args)
+            .current_dir(elsewhere.path())
+            .output()
+            .unwrap()
+    };
+    let ok = verify(&["--json"]);
+    assert_eq!(ok.status.code(), Some(0), "{}", text(&ok));
+    let v = stdout_json(&ok);
+    assert_eq!(v["ok"], true);
+    assert!(v["champion"]["genid"].is_string());
+
+    // Change one score in the bundle's archive: the signature and the manifest disagree.
+    let path = bundle.join("archive.jsonl");
+    let original = std::fs::read_to_string(&path).unwrap();
+    let line = original
+        .lines()
+        .position(|l| l.contains("\"type\":\"evaluation\""))
+        .unwrap();
+    let tampered: Vec<String> = original
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            if i == line {
+                l.replacen("\"score\":", "\"score\":9", 1)
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    assert_ne!(tampered.join("\n") + "\n", original);
+    std::fs::write(&path, tampered.join("\n") + "\n").unwrap();
+    let bad = verify(&[]);
+    assert_eq!(bad.status.code(), Some(1), "{}", text(&bad));
+    let report = text(&bad);
+    assert!(report.contains("verify: FAIL"), "{report}");
+    assert!(
+        report.contains("bundle: archive.jsonl: SHA-256"),
+        "the manifest names the changed file: {report}"
+    );
+    assert!(
+        report.contains(&format!("line {}", line + 1)),
+        "the archive finding names the line: {report}"
+    );
+}
+
+fn interrupt(child: &Child) {
+    // SAFETY: kill(2) on the pid of a child this test spawned and has not reaped.
+    let r = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    assert_eq!(r, 0, "SIGINT delivered");
+}
+
+/// Interrupt a run once `stage_input` exists; returns the run's output.
+fn interrupt_at(e: &Exp, stage_input: &str) -> Output {
+    let child = e.spawn_run();
+    wait_for(120, stage_input, || e.ws.join(stage_input).exists());
+    interrupt(&child);
+    child.wait_with_output().unwrap()
+}
+
+fn status_events(e: &Exp, genid: &str) -> Vec<Value> {
+    e.events()
+        .into_iter()
+        .filter(|x| x["genid"] == genid && x["type"] == "status")
+        .collect()
+}
+
+#[test]
+fn ctrl_c_during_the_gate_cancels_it_and_the_next_run_resumes_and_completes() {
+    let e = Exp::new(&Spec {
+        gate: (
+            ws::component("slow_gate").display().to_string(),
+            json!({"sleep_ms": 8000}),
+        ),
+        generations: 1,
+        ..Spec::default()
+    });
+    e.init();
+    let out = interrupt_at(&e, "runs/gen-1/gate/input.json");
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out));
+    let err = stderr(&out);
+    assert!(err.contains("gate of gen 1 ended `cancelled`"), "{err}");
+    assert!(err.contains("evolve run ws"), "says how to resume: {err}");
+
+    e.run_ok(&["verify", "ws"]);
+    let statuses = status_events(&e, "1");
+    assert_eq!(statuses.len(), 1, "{statuses:#?}");
+    assert_eq!(statuses[0]["body"]["status"], "cancelled");
+    assert_eq!(statuses[0]["body"]["failure_stage"], "gate");
+    let row = e.log().into_iter().find(|r| r["genid"] == "1").unwrap();
+    assert_eq!(row["status"], "cancelled");
+
+    e.run_ok(&["run", "ws", "--quiet"]);
+    e.run_ok(&["verify", "ws"]);
+    let events = e.events();
+    let of = |t: &str| {
+        events
+            .iter()
+            .filter(|x| x["genid"] == "1" && x["type"] == t)
+            .count()
+    };
+    assert_eq!(of("evaluation"), 1, "the evaluation is not redone");
+    assert_eq!(of("gate"), 1);
+    assert_eq!(of("record"), 1);
+    let row = e.log().into_iter().find(|r| r["genid"] == "1").unwrap();
+    assert_eq!(
+        row["status"], "benchmark_complete",
+        "the resume supersedes the cancellation"
+    );
+    assert!(row["verdict"].is_string());
+}
+
+#[test]
+fn ctrl_c_during_mutate_discards_the_fork_and_the_next_run_starts_the_child_again() {
+    let e = Exp::new(&Spec {
+        mutate: json!({"action": "climb", "sleep_ms": 8000}),
+        generations: 1,
+        ..Spec::default()
+    });
+    e.init();
+    let out = interrupt_at(&e, "runs/gen-1/mutate/input.json");
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out));
+    assert!(
+        !e.ws.join("runs/worktrees/gen-1").exists(),
+        "no child worktree is left: no repair is needed"
+    );
+    e.run_ok(&["verify", "ws"]);
+    let statuses = status_events(&e, "1");
+    assert_eq!(statuses.len(), 1, "{statuses:#?}");
+    assert_eq!(statuses[0]["body"]["status"], "cancelled");
+    assert_eq!(statuses[0]["body"]["failure_stage"], "mutate");
+
+    e.run_ok(&["run", "ws", "--quiet"]);
+    e.run_ok(&["verify", "ws"]);
+    let row = e.log().into_iter().find(|r| r["genid"] == "1").unwrap();
+    assert_eq!(row["status"], "benchmark_complete", "{row:#?}");
+    let selects = e.events().iter().filter(|x| x["type"] == "select").count();
+    assert_eq!(selects, 1, "the archived select decision is reused");
+}

@@ -1,0 +1,458 @@
+//! Script operators end to end (docs/scripts.md), with the real binary, the real script
+//! components and the local engine: a mutate that rewrites the select script changes how
+//! the next generation selects, and the archive records the script digest of every call;
+//! each stage's script is loaded from the stage's checkout (the loading rules); and a
+//! hostile script can neither reach what its stage is not granted nor run away.
+
+#[path = "support/ws.rs"]
+mod ws;
+
+use serde_json::{Value, json};
+use ws::{Exp, Spec};
+
+fn sha256(text: &str) -> String {
+    evolve_archive::sha256_hex(text.as_bytes())
+}
+
+fn events_of<'a>(events: &'a [Value], kind: &str, genid: Option<&str>) -> Vec<&'a Value> {
+    events
+        .iter()
+        .filter(|e| e["type"] == kind && genid.is_none_or(|g| e["genid"] == g))
+        .collect()
+}
+
+fn script_binding(source: &str, builtin: Option<&str>) -> Value {
+    match builtin {
+        Some(b) => json!({"source": source, "builtin": b}),
+        None => json!({"source": source}),
+    }
+}
+
+/// The experiment's recipe with select bound to `config` as a script operator.
+fn select_script(e: &Exp, config: &Value) {
+    let path = e.root().join("recipe.yaml");
+    let recipe = std::fs::read_to_string(&path).unwrap();
+    let recipe = recipe.replace(
+        "select: {operator: greedy}",
+        &format!("select: {{operator: script, config: {config}}}"),
+    );
+    std::fs::write(path, recipe).unwrap();
+}
+
+/// A script the test supplies next to the recipe (installed by `evolve init`).
+fn supply(e: &Exp, source: &str, text: &str) {
+    let p = e.root().join(source);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+}
+
+fn result_json(e: &Exp, genid: &str, stage: &str) -> Value {
+    let p = e.ws.join(format!("runs/gen-{genid}/{stage}/result.json"));
+    serde_json::from_str(
+        &std::fs::read_to_string(&p).unwrap_or_else(|err| panic!("{}: {err}", p.display())),
+    )
+    .unwrap()
+}
+
+/// A select policy no shipped script has: every eligible generation, oldest first.
+const ALL_ELIGIBLE: &str = "// Every eligible generation, oldest first.\n\
+fn select(ctx, archive) {\n\
+    archive.rows.filter(|r| r.eligible).map(|r| r.generation_id)\n\
+}\n";
+
+#[test]
+fn a_mutated_select_script_steers_the_next_generation_and_is_archived() {
+    let e = Exp::new(&Spec {
+        generations: 2,
+        mutate: json!({"action": "operators", "path": "select/policy.rhai", "content": ALL_ELIGIBLE}),
+        surface: vec!["target/value.txt".into(), "operators/**".into()],
+        ..Spec::default()
+    });
+    select_script(
+        &e,
+        &script_binding("operators/select/policy.rhai", Some("score_child_prop")),
+    );
+    e.init();
+    let builtin = evolve::workspace::init::builtin_script("select", "score_child_prop").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("operators/select/policy.rhai")).unwrap(),
+        builtin
+    );
+    let manifest: Value = serde_json::from_str(
+        &std::fs::read_to_string(e.ws.join("operators/manifest.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        manifest["components"]["select"]["script"],
+        json!({"file": "operators/select/policy.rhai", "sha256": sha256(builtin), "source": "builtin:select/score_child_prop"})
+    );
+    e.run_ok(&["run", "ws", "--quiet"]);
+
+    let events = e.events();
+    let selects = events_of(&events, "select", None);
+    assert_eq!(selects.len(), 2, "{selects:#?}");
+    // Generation 1 selected with the shipped policy, from gen/0: one parent.
+    assert_eq!(selects[0]["body"]["parents"], json!(["0"]));
+    assert_eq!(
+        selects[0]["body"]["operator"]["script_path"],
+        "operators/select/policy.rhai"
+    );
+    assert_eq!(
+        selects[0]["body"]["operator"]["script_sha256"],
+        sha256(builtin)
+    );
+    // Gen 1 beat gen 0, so generation 2 selected from the champion gen/1, whose select
+    // script is mutate's: every eligible generation, which score_child_prop never returns.
+    assert_eq!(selects[1]["body"]["operator_from"], "gen/1");
+    assert_eq!(selects[1]["body"]["parents"], json!(["0", "1"]));
+    assert_eq!(
+        selects[1]["body"]["operator"]["script_sha256"],
+        sha256(ALL_ELIGIBLE)
+    );
+    assert_eq!(
+        selects[0]["body"]["operator"]["component_sha256"],
+        selects[1]["body"]["operator"]["component_sha256"],
+        "the component is the same; only the script changed"
+    );
+    // The generation event archives the identity of every call it made.
+    let generation = events_of(&events, "generation", Some("1"));
+    let ops = &generation[0]["body"]["operators"];
+    for stage in ["rollout", "mutate"] {
+        assert_eq!(
+            ops[stage]["component_sha256"].as_str().map(str::len),
+            Some(64),
+            "{ops}"
+        );
+        assert!(ops[stage].get("script_sha256").is_none(), "{ops}");
+    }
+    assert_eq!(
+        result_json(&e, "2", "select")["script_sha256"],
+        sha256(ALL_ELIGIBLE)
+    );
+    e.run_ok(&["verify", "ws"]);
+}
+
+/// An experiment whose mutate writes `text` to `operators/<path>` (and climbs).
+fn self_editing(path: &str, text: &str, extra: &str, gate: (&str, Value)) -> Exp {
+    let e = Exp::new(&Spec {
+        generations: 1,
+        mutate: json!({"action": "operators", "path": path, "content": text}),
+        surface: vec!["target/value.txt".into(), "operators/**".into()],
+        extra_operators: extra.into(),
+        gate: (gate.0.into(), gate.1),
+        ..Spec::default()
+    });
+    e
+}
+
+const ACCEPT: &str =
+    "fn validate(ctx, changed, rollout) {\n  #{accept: true, reason: \"as shipped\"}\n}\n";
+const EDITED_VALIDATE: &str = "fn validate(ctx, changed, rollout) {\n  #{accept: true, reason: `edited validate saw ${changed}`}\n}\n";
+const NOVEL: &str = "fn assess(ctx, diff) {\n  #{novelty: 1.0, accept: true}\n}\n";
+const EDITED_NOVELTY: &str = "fn assess(ctx, diff) {\n  #{novelty: 0.125, accept: false}\n}\n";
+
+#[test]
+fn validate_and_novelty_scripts_edited_by_mutate_judge_the_same_generation() {
+    let extra = format!(
+        "  validate: {{operator: script, config: {}}}\n  novelty: {{operator: script, config: {}}}\n",
+        script_binding("operators/validate/check.rhai", None),
+        script_binding("operators/novelty/check.rhai", None),
+    );
+    let e = self_editing(
+        "novelty/check.rhai",
+        EDITED_NOVELTY,
+        &extra,
+        ("hillclimb", json!({})),
+    );
+    supply(&e, "operators/validate/check.rhai", ACCEPT);
+    supply(&e, "operators/novelty/check.rhai", NOVEL);
+    e.init();
+    e.run_ok(&["run", "ws", "--quiet"]);
+    let events = e.events();
+    let status = events_of(&events, "status", Some("1"));
+    assert_eq!(status.len(), 1, "{events:#?}");
+    let body = &status[0]["body"];
+    assert_eq!(body["status"], "rejected_duplicate", "{body}");
+    assert!(
+        body["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("novelty 0.125"),
+        "{body}"
+    );
+    assert_eq!(
+        body["operators"]["novelty"]["script_sha256"],
+        sha256(EDITED_NOVELTY),
+        "{body}"
+    );
+    assert_eq!(
+        body["operators"]["validate"]["script_sha256"],
+        sha256(ACCEPT),
+        "{body}"
+    );
+
+    // The same with validate: its edit is what validates the very child that made it.
+    let extra = format!(
+        "  validate: {{operator: script, config: {}}}\n",
+        script_binding("operators/validate/check.rhai", None)
+    );
+    let e = self_editing(
+        "validate/check.rhai",
+        EDITED_VALIDATE,
+        &extra,
+        ("hillclimb", json!({})),
+    );
+    supply(&e, "operators/validate/check.rhai", ACCEPT);
+    e.init();
+    e.run_ok(&["run", "ws", "--quiet"]);
+    let validate = result_json(&e, "1", "validate");
+    assert_eq!(validate["script_sha256"], sha256(EDITED_VALIDATE));
+    let reason = validate["ok"]["reason"].as_str().unwrap_or_default();
+    assert!(reason.starts_with("edited validate saw ["), "{validate}");
+    assert!(
+        reason.contains("\"operators/validate/check.rhai\"")
+            && reason.contains("\"target/value.txt\""),
+        "{reason}"
+    );
+    let events = e.events();
+    let generation = events_of(&events, "generation", Some("1"));
+    assert_eq!(
+        generation[0]["body"]["operators"]["validate"]["script_sha256"],
+        sha256(EDITED_VALIDATE)
+    );
+}
+
+const EDITED_GATE: &str = "fn decide(ctx, child, parent) {\n  #{verdict: \"discard\", reason: `edited gate: ${fmt(child.score)}`}\n}\n";
+const EDITED_RECORD: &str = "fn annotate(ctx, child) {\n  #{note: \"edited record\"}\n}\n";
+
+#[test]
+fn gate_and_record_scripts_load_from_the_committed_child() {
+    let e = self_editing(
+        "gate/policy.rhai",
+        EDITED_GATE,
+        "",
+        (
+            "script",
+            script_binding("operators/gate/policy.rhai", Some("hillclimb")),
+        ),
+    );
+    e.init();
+    e.run_ok(&["run", "ws", "--quiet"]);
+    let events = e.events();
+    let gate = events_of(&events, "gate", Some("1"));
+    assert_eq!(gate[0]["body"]["verdict"], "discard", "{gate:#?}");
+    assert_eq!(gate[0]["body"]["reason"], "edited gate: 0.2");
+    assert_eq!(
+        gate[0]["body"]["operator"]["script_sha256"],
+        sha256(EDITED_GATE)
+    );
+    // gen/0's own gate (the genesis baseline is the host's) is still the shipped script.
+    let store = evolve_snapshot::Store::open(&e.ws).unwrap();
+    let gen0 = store.tag_target("gen/0").unwrap().unwrap();
+    let shipped = store
+        .read_blob(gen0, "operators/gate/policy.rhai", 1 << 20)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        shipped,
+        evolve::workspace::init::builtin_script("gate", "hillclimb")
+            .unwrap()
+            .as_bytes()
+    );
+
+    let e = self_editing(
+        "record/notes.rhai",
+        EDITED_RECORD,
+        "",
+        ("hillclimb", json!({})),
+    );
+    let recipe = std::fs::read_to_string(e.root().join("recipe.yaml"))
+        .unwrap()
+        .replace(
+            "record: {operator: notes}",
+            &format!(
+                "record: {{operator: script, config: {}}}",
+                script_binding("operators/record/notes.rhai", Some("notes"))
+            ),
+        );
+    std::fs::write(e.root().join("recipe.yaml"), recipe).unwrap();
+    e.init();
+    e.run_ok(&["run", "ws", "--quiet"]);
+    let events = e.events();
+    let record = events_of(&events, "record", Some("1"));
+    assert_eq!(
+        record[0]["body"]["annotations"]["note"], "edited record",
+        "{record:#?}"
+    );
+    assert_eq!(
+        result_json(&e, "1", "record")["script_sha256"],
+        sha256(EDITED_RECORD)
+    );
+}
+
+/// The names of the gate and sealed tasks of a workspace.
+fn private_tasks(e: &Exp) -> Vec<String> {
+    let set: Value = serde_json::from_str(
+        &std::fs::read_to_string(e.ws.join("evaluator/task-set.json")).unwrap(),
+    )
+    .unwrap();
+    let mut names = Vec::new();
+    for split in ["gate", "sealed"] {
+        for n in set["split"][split].as_array().unwrap_or(&vec![]) {
+            names.push(n.as_str().unwrap().to_string());
+        }
+    }
+    assert!(!names.is_empty(), "{set}");
+    names
+}
+
+/// Dumps everything it is given into its reason: the inputs are all a script learns.
+const DUMP_GATE: &str = "fn decide(ctx, child, parent, archive, diff) {\n  #{verdict: \"keep\", reason: to_json([ctx, child, parent, archive, diff])}\n}\n";
+const PRYING_VALIDATE: &str = "fn validate(ctx, changed, rollout) {\n  let seen = target_list(\"\");\n  target_read(\"../evaluator/task-set.json\")\n}\n";
+
+#[test]
+fn hostile_scripts_cannot_reach_the_evaluator_or_learn_a_private_task_name() {
+    let extra = format!(
+        "  validate: {{operator: script, config: {}}}\n",
+        script_binding("operators/validate/pry.rhai", None)
+    );
+    let e = self_editing("unused.txt", "x", &extra, ("hillclimb", json!({})));
+    supply(&e, "operators/validate/pry.rhai", PRYING_VALIDATE);
+    e.init();
+    e.run_ok(&["run", "ws", "--quiet"]);
+    let events = e.events();
+    let status = events_of(&events, "status", Some("1"));
+    let reason = status[0]["body"]["reason"].as_str().unwrap();
+    assert_eq!(status[0]["body"]["status"], "operator_failed");
+    assert!(
+        reason.contains("script operators/validate/pry.rhai line 3: target_read: \"../evaluator/task-set.json\" must be a relative path"),
+        "{reason}"
+    );
+
+    // A gate script that dumps all it is given never sees a gate or sealed task name.
+    let e = self_editing(
+        "unused.txt",
+        "x",
+        "",
+        ("script", script_binding("operators/gate/dump.rhai", None)),
+    );
+    supply(&e, "operators/gate/dump.rhai", DUMP_GATE);
+    e.init();
+    e.run_ok(&["run", "ws", "--quiet"]);
+    let raw = std::fs::read_to_string(e.ws.join("runs/gen-1/gate/result.json")).unwrap();
+    assert!(
+        raw.contains("private-"),
+        "the dump holds the opaque keys: {raw}"
+    );
+    for name in private_tasks(&e) {
+        assert!(!raw.contains(&name), "{name} reached the script: {raw}");
+    }
+}
+
+#[test]
+fn runaway_scripts_end_as_typed_failures_with_their_line() {
+    let looping = "fn decide(ctx, child, parent) {\n  let n = 0;\n  loop {\n    n += 1;\n  }\n}\n";
+    let e = self_editing(
+        "unused.txt",
+        "x",
+        "",
+        ("script", script_binding("operators/gate/loop.rhai", None)),
+    );
+    supply(&e, "operators/gate/loop.rhai", looping);
+    e.init();
+    e.run_ok(&["run", "ws", "--quiet"]);
+    let events = e.events();
+    let status = events_of(&events, "status", Some("1"));
+    let body = &status.last().unwrap()["body"];
+    assert_eq!(body["status"], "operator_failed", "{body}");
+    assert_eq!(body["failure_stage"], "gate", "{body}");
+    let reason = body["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("script operators/gate/loop.rhai line 4: operation limit exceeded"),
+        "{reason}"
+    );
+
+    let bomb =
+        "fn annotate(ctx, child) {\n  let s = \"xxxxxxxx\";\n  loop {\n    s += s;\n  }\n}\n";
+    let e = self_editing("unused.txt", "x", "", ("hillclimb", json!({})));
+    supply(&e, "operators/record/bomb.rhai", bomb);
+    let recipe = std::fs::read_to_string(e.root().join("recipe.yaml"))
+        .unwrap()
+        .replace(
+            "record: {operator: notes}",
+            &format!(
+                "record: {{operator: script, config: {}}}",
+                script_binding("operators/record/bomb.rhai", None)
+            ),
+        );
+    std::fs::write(e.root().join("recipe.yaml"), recipe).unwrap();
+    e.init();
+    e.run_ok(&["run", "ws", "--quiet"]);
+    let events = e.events();
+    let record = events_of(&events, "record", Some("1"));
+    let error = record[0]["body"]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("script operators/record/bomb.rhai line 4: Length of string exceeds the script's data limits"), "{error}");
+}
+
+#[test]
+fn the_hyperagents_recipe_installs_its_operator_scripts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let recipe =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../recipes/hyperagents.yaml");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_evolve"))
+        .args(["init", "ws", "--recipe", recipe.to_str().unwrap()])
+        .env("EVOLVE_KEY_DIR", tmp.path().join("keys"))
+        .env("EVOLVE_CACHE_DIR", ws::cache_dir())
+        .current_dir(tmp.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", ws::text(&out));
+    let root = tmp.path().join("ws");
+    let manifest: Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("operators/manifest.json")).unwrap(),
+    )
+    .unwrap();
+    for (stage, path, builtin) in [
+        ("select", "operators/select/policy.rhai", "score_child_prop"),
+        ("gate", "operators/gate/policy.rhai", "parent_eligible"),
+        ("record", "operators/record/notes.rhai", "notes"),
+    ] {
+        let text = evolve::workspace::init::builtin_script(stage, builtin).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(root.join(path)).unwrap(),
+            text,
+            "{stage}"
+        );
+        assert_eq!(manifest["components"][stage]["operator"], "script");
+        assert_eq!(
+            manifest["components"][stage]["script"]["sha256"],
+            sha256(text)
+        );
+    }
+    // The scripts are part of gen/0's commit, so mutate can evolve them like any file.
+    let store = evolve_snapshot::Store::open(&root).unwrap();
+    let gen0 = store.tag_target("gen/0").unwrap().unwrap();
+    assert!(
+        store
+            .read_blob(gen0, "operators/select/policy.rhai", 1 << 20)
+            .unwrap()
+            .is_some()
+    );
+}
+
+#[test]
+fn a_script_binding_without_its_script_is_an_init_error() {
+    let e = Exp::new(&Spec::default());
+    select_script(&e, &script_binding("operators/select/mine.rhai", None));
+    let out = e
+        .evolve(&["init", "ws", "--recipe", "recipe.yaml"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let said = ws::text(&out);
+    assert!(
+        said.contains("operators.select.config.source: cannot read"),
+        "{said}"
+    );
+    assert!(said.contains("operators/select/mine.rhai"), "{said}");
+}
