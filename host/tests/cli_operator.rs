@@ -67,7 +67,7 @@ fn errors_name_the_problem_and_exit_2_on_usage() {
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         text(&out.stderr),
-        "evolve: unknown stage `nostage`\n  hint: stages: select, rollout, analyze, mutate, validate, novelty, gate, record, reflect\n"
+        "evolve: unknown stage `nostage`\n  hint: stages: select, rollout, analyze, mutate, validate, novelty, gate, record, reflect (and driver)\n"
     );
     let out = evolve(&["operator", "describe", "select/nope"], here);
     assert_eq!(out.status.code(), Some(2));

@@ -262,7 +262,8 @@ fn sealed_data_never_reaches_the_driver_and_the_session_ends_with_a_sealed_accep
         seen.push_str(&std::fs::read_to_string(dir.join("input.json")).unwrap());
     }
     // The driver printed what it received: generations with primary scores.
-    assert!(seen.contains("generation_id: \"1\""), "{seen}");
+    assert!(seen.contains("generation-id: \"1\""), "{seen}");
+    assert!(seen.contains("\"generation_id\": \"1\""), "{seen}");
     assert!(seen.contains("recipe_sha256"), "{seen}");
     for name in private_task_names(&e) {
         assert!(

@@ -134,15 +134,14 @@ fn a_mutated_select_script_steers_the_next_generation_and_is_archived() {
 
 /// An experiment whose mutate writes `text` to `operators/<path>` (and climbs).
 fn self_editing(path: &str, text: &str, extra: &str, gate: (&str, Value)) -> Exp {
-    let e = Exp::new(&Spec {
+    Exp::new(&Spec {
         generations: 1,
         mutate: json!({"action": "operators", "path": path, "content": text}),
         surface: vec!["target/value.txt".into(), "operators/**".into()],
         extra_operators: extra.into(),
         gate: (gate.0.into(), gate.1),
         ..Spec::default()
-    });
-    e
+    })
 }
 
 const ACCEPT: &str =

@@ -52,8 +52,10 @@ pub fn experiment(dir: &Path, files: usize) -> Result<(), String> {
     }
     for t in 0..4 {
         let task = dir.join(format!("tasks/t{t}"));
-        std::fs::create_dir_all(task.join("environment"))
-            .map_err(|e| format!("cannot create {}: {e}", task.display()))?;
+        // A file, not an empty directory: git keeps no empty directories, so an empty
+        // `environment/` would be missing from the workspace's checkout and the task's
+        // digest would no longer match the frozen one.
+        write(&task.join("environment/Dockerfile"), "FROM scratch\n")?;
         write(&task.join("task.toml"), "version = \"1.0\"\n")?;
         write(&task.join("instruction.md"), "Answer.\n")?;
         write_exec(

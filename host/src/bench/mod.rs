@@ -98,12 +98,21 @@ pub fn run(args: BenchArgs) -> CliResult {
             scratch.path().display()
         );
     }
-    let report = measure(scratch.path(), args.iterations as usize).map_err(|e| CliError {
-        what: format!("the benchmark failed: {e}"),
-        place: None,
-        hint: None,
-        code: 1,
-    })?;
+    let report = match measure(scratch.path(), args.iterations as usize) {
+        Ok(r) => r,
+        Err(e) => {
+            // Keep what failed for inspection: the workspaces hold every log.
+            let kept = scratch.keep();
+            return Err(CliError {
+                what: format!("the benchmark failed: {e}"),
+                place: Some(kept.display().to_string()),
+                hint: Some(
+                    "the scratch directory is kept for inspection; remove it when done".into(),
+                ),
+                code: 1,
+            });
+        }
+    };
     if args.json {
         print_json(&serde_json::to_value(&report).unwrap_or_default());
     } else {
@@ -139,7 +148,7 @@ fn goals(rows: &[table5::Row], inv: &invoke::Invocation, g: &generation::Generat
     let short: Vec<String> = rows
         .iter()
         .filter(|r| r.ratio < GOAL_RATIO)
-        .map(|r| format!("{} {:.0}×", r.operation, r.ratio))
+        .map(|r| format!("{} {}", r.operation, ratio(r.ratio)))
         .collect();
     let met = rows.len() - short.len();
     vec![
@@ -168,6 +177,14 @@ fn goals(rows: &[table5::Row], inv: &invoke::Invocation, g: &generation::Generat
     ]
 }
 
+fn ratio(x: f64) -> String {
+    if x < 10.0 {
+        format!("{x:.1}×")
+    } else {
+        format!("{x:.0}×")
+    }
+}
+
 fn ms(v: f64) -> String {
     if v < 1.0 {
         format!("{v:.3} ms")
@@ -184,12 +201,12 @@ pub fn print_table5(rows: &[table5::Row]) {
     );
     for r in rows {
         println!(
-            "{:<46} {:>11} {:>11} {:>11.0} ms {:>7.0}×",
+            "{:<46} {:>11} {:>11} {:>11.0} ms {:>8}",
             r.operation,
             ms(r.stat.median_ms),
             ms(r.stat.p95_ms),
             r.rsihub_median_ms,
-            r.ratio
+            ratio(r.ratio)
         );
     }
 }

@@ -297,7 +297,14 @@ pub(crate) fn genesis_recipe(ws: &Workspace) -> Result<Value> {
     let checked = recipe::check_shape(&String::from_utf8_lossy(&bytes));
     checked
         .normalized
+        .map(|r| canonical(&r))
         .ok_or_else(|| RunError::new("gen/0's recipe.yaml is invalid"))
+}
+
+/// `v` as it reads back from canonical JSON (the archive's form): numbers compare and
+/// hash alike whichever way they were written (`0` and `0.0`).
+pub(crate) fn canonical(v: &Value) -> Value {
+    serde_json::from_slice(&evolve_archive::canonical_bytes(v)).unwrap_or_else(|_| v.clone())
 }
 
 /// The recipe an accepted `driver_revision` event made active, checked against its

@@ -50,15 +50,18 @@ impl Checker<'_> {
     pub async fn check(&self, proposal: &Map<String, Value>) -> Result<Accepted, Vec<String>> {
         let merged = self.merge(proposal)?;
         let checked = recipe::check_shape(&merged.to_string());
-        let Some(mut normalized) = checked.normalized else {
+        let Some(normalized) = checked.normalized else {
             return Err(checked
                 .violations
                 .iter()
                 .map(|v| format!("the revised recipe is invalid at {v}"))
                 .collect());
         };
+        // Compare and archive in canonical form, as the active recipe is held.
+        let mut normalized = super::canonical(&normalized);
         self.fixed_unchanged(&normalized)?;
         let (changed, rebound) = self.check_bindings(&mut normalized).await?;
+        let normalized = super::canonical(&normalized);
         // The stages will run it: it must read back as a recipe.
         serde_json::from_value::<Recipe>(normalized.clone())
             .map_err(|e| vec![format!("the revised recipe has an unexpected shape: {e}")])?;
