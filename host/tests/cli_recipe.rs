@@ -82,7 +82,7 @@ fn operator_problems_are_reported_with_their_paths() {
     );
     assert_eq!(
         lines[3],
-        "- operators.record.operator: unknown record operator `nope`; built-in: notes"
+        "- operators.record.operator: unknown record operator `nope`; built-in: notes, rrsi_component, script"
     );
 }
 

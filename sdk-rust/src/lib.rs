@@ -76,8 +76,8 @@ pub mod prelude {
     pub use crate::config::{self, Schema, SchemaBuilder, Violation};
     pub use crate::types::*;
     pub use crate::{
-        Analyze, Context, Driver, Gate, GateInput, Mutate, Novelty, Operator, Record, Reflect, Rng, Rollout,
-        Select, Validate, parent_candidates, status_name,
+        Analyze, Context, Driver, Gate, GateInput, Mutate, Novelty, Operator, Record, Reflect, Rng,
+        Rollout, Select, Validate, parent_candidates, status_name,
     };
     pub use serde_json::{Map, Value, json};
 }

@@ -87,10 +87,12 @@ impl Status {
     }
 
     fn budget_text(&self) -> String {
+        // An empty float sum is -0.0: never show "$-0.0000".
+        let spent = self.spent_usd + 0.0;
         if self.budget_usd > 0.0 {
-            format!("${:.4} of ${:.4}", self.spent_usd, self.budget_usd)
+            format!("${spent:.4} of ${:.4}", self.budget_usd)
         } else {
-            format!("${:.4} spent, no budget", self.spent_usd)
+            format!("${spent:.4} spent, no budget")
         }
     }
 
@@ -274,6 +276,16 @@ mod tests {
             }),
             Some("gen 3: gate ended cancelled".into())
         );
+    }
+
+    #[test]
+    fn a_negative_zero_spend_reads_as_zero() {
+        let mut s = Status::default();
+        s.apply(&Event::BudgetSpent {
+            spent_usd: -0.0,
+            budget_usd: 0.0,
+        });
+        assert!(s.line(Duration::ZERO).ends_with("$0.0000 spent, no budget"));
     }
 
     #[test]

@@ -71,12 +71,16 @@ impl CallTally {
     fn add(&self, d: Duration) {
         use std::sync::atomic::Ordering::Relaxed;
         self.calls.fetch_add(1, Relaxed);
-        self.nanos.fetch_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX), Relaxed);
+        self.nanos
+            .fetch_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX), Relaxed);
     }
 
     fn get(&self) -> (u64, Duration) {
         use std::sync::atomic::Ordering::Relaxed;
-        (self.calls.load(Relaxed), Duration::from_nanos(self.nanos.load(Relaxed)))
+        (
+            self.calls.load(Relaxed),
+            Duration::from_nanos(self.nanos.load(Relaxed)),
+        )
     }
 }
 
@@ -536,8 +540,8 @@ async fn invoke(
                     &archive,
                     diff.as_ref(),
                 )
-                    .await?
-                    .map(results::check_gate),
+                .await?
+                .map(results::check_gate),
             )
         }
         StageInput::Record { ctx, child, diff } => {
