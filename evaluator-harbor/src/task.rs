@@ -163,6 +163,11 @@ fn parse_size_mb(s: &str) -> Option<u64> {
     Some((v * mult).ceil() as u64)
 }
 
+/// The largest timeout a task may set, in seconds (a year). Engines turn timeouts into
+/// `Duration`s and deadlines, which panic past their range (`1e300` did, found with the
+/// `task_toml` fuzz target); no real task needs more.
+pub const MAX_TIMEOUT_SEC: f64 = 365.0 * 24.0 * 3600.0;
+
 impl TaskConfig {
     /// Parse and validate `task.toml` text. `origin` names the file in errors.
     pub fn parse(text: &str, origin: &Path) -> Result<TaskConfig> {
@@ -187,26 +192,31 @@ impl TaskConfig {
     /// Apply deprecated-key conversions and return every semantic problem.
     fn normalize(&mut self) -> Vec<String> {
         let mut p = Vec::new();
-        if !(self.verifier.timeout_sec.is_finite() && self.verifier.timeout_sec > 0.0) {
+        if !(self.verifier.timeout_sec > 0.0 && self.verifier.timeout_sec <= MAX_TIMEOUT_SEC) {
             p.push(format!(
-                "[verifier].timeout_sec must be a positive finite number of seconds, got {}",
+                "[verifier].timeout_sec must be a positive number of seconds, at most \
+                 {MAX_TIMEOUT_SEC} (a year), got {}",
                 self.verifier.timeout_sec
             ));
         }
         if let Some(t) = self.agent.timeout_sec
-            && !(t.is_finite() && t >= 0.0)
+            && !(t >= 0.0 && t <= MAX_TIMEOUT_SEC)
         {
             p.push(format!(
-                "[agent].timeout_sec must be a non-negative finite number of seconds, got {t}"
+                "[agent].timeout_sec must be a non-negative number of seconds, at most \
+                 {MAX_TIMEOUT_SEC} (a year), got {t}"
             ));
         }
         if self.agent.timeout_sec == Some(0.0) {
             self.agent.timeout_sec = None; // Harbor: 0 means "not set"
         }
-        if !(self.environment.build_timeout_sec.is_finite()
-            && self.environment.build_timeout_sec > 0.0)
+        if !(self.environment.build_timeout_sec > 0.0
+            && self.environment.build_timeout_sec <= MAX_TIMEOUT_SEC)
         {
-            p.push("[environment].build_timeout_sec must be a positive finite number".into());
+            p.push(format!(
+                "[environment].build_timeout_sec must be a positive number of seconds, at most \
+                 {MAX_TIMEOUT_SEC} (a year)"
+            ));
         }
         if let Some(c) = self.environment.cpus
             && !(c.is_finite() && c > 0.0)
@@ -592,7 +602,40 @@ allow_internet = false
         assert!(e.message.contains("malformed task.toml"), "{e}");
         assert_eq!(e.location.as_deref(), Some("t/task.toml:2"));
         let e = TaskConfig::parse("[verifier]\ntimeout_sec = -1\n", Path::new("t")).unwrap_err();
-        assert!(e.message.contains("positive finite"), "{e}");
+        assert!(e.message.contains("positive number of seconds"), "{e}");
+    }
+
+    /// Found by the `task_toml` fuzz target (fuzz/regressions/task_toml/huge-timeouts.toml):
+    /// a finite but huge timeout was accepted and `verifier_timeout()` then panicked in
+    /// `Duration::from_secs_f64`.
+    #[test]
+    fn huge_timeouts_are_rejected_not_panicked_on() {
+        for (text, key) in [
+            (
+                "[verifier]\ntimeout_sec = 1e300\n",
+                "[verifier].timeout_sec",
+            ),
+            ("[agent]\ntimeout_sec = 1e20\n", "[agent].timeout_sec"),
+            (
+                "[environment]\nbuild_timeout_sec = 1e300\n",
+                "[environment].build_timeout_sec",
+            ),
+            ("[verifier]\ntimeout_sec = nan\n", "[verifier].timeout_sec"),
+            ("[agent]\ntimeout_sec = inf\n", "[agent].timeout_sec"),
+        ] {
+            let e = TaskConfig::parse(text, Path::new("t/task.toml")).unwrap_err();
+            assert!(
+                e.message.starts_with(key) && e.message.contains("at most"),
+                "{text}: {e}"
+            );
+        }
+        let c = TaskConfig::parse(
+            "[verifier]\ntimeout_sec = 31536000\n[agent]\ntimeout_sec = 31536000\n",
+            Path::new("t"),
+        )
+        .unwrap();
+        assert_eq!(c.verifier_timeout().as_secs(), 31_536_000);
+        assert_eq!(c.agent_timeout().map(|d| d.as_secs()), Some(31_536_000));
     }
 
     #[test]
