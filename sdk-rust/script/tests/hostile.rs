@@ -74,8 +74,8 @@ fn an_endless_loop_is_stopped_by_the_operation_limit() {
     assert!(e.contains("line 2"), "{e}");
     // Top-level code counts too.
     fails_at(
-        "loop {}\nfn select(ctx, archive) { [] }\n",
-        1,
+        "let n = 0;\nloop {\n  n += 1;\n}\nfn select(ctx, archive) { [] }\n",
+        3,
         "operation limit exceeded",
     );
 }
