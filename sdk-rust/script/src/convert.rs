@@ -136,6 +136,28 @@ pub fn diff(d: &CandidateDiff) -> Value {
     json!({"changed_paths": d.changed_paths, "patch": d.patch, "recent_accepted": d.recent_accepted})
 }
 
+/// What mutate is told: `#{rollout, analysis, feedback_dir, surface: #{includes,
+/// excludes}, archive}` (each optional part `()` when absent).
+pub fn observation(o: &Observation) -> Value {
+    json!({
+        "rollout": o.rollout.as_ref().map(evidence),
+        "analysis": o.analysis.as_ref().map(evidence),
+        "feedback_dir": o.feedback_dir,
+        "surface": {"includes": o.surface.includes, "excludes": o.surface.excludes},
+        "archive": o.archive.as_ref().map(view),
+    })
+}
+
+/// The playbook as `[#{id, text, data}]`, `data` parsed.
+pub fn playbook(entries: &[PlaybookEntry]) -> Value {
+    Value::Array(
+        entries
+            .iter()
+            .map(|e| json!({"id": e.id, "text": e.text, "data": json_text(&e.data)}))
+            .collect(),
+    )
+}
+
 pub fn trial_report(t: &TrialReport) -> Value {
     json!({
         "task": t.task,
@@ -239,6 +261,94 @@ impl Returned<'_> {
             verdict,
             reason: self.field_str("reason", SHAPE)?,
         })
+    }
+
+    /// rollout and analyze: `#{summary: #{…}, artifacts?: [string]}`.
+    pub fn evidence(self) -> Result<Evidence, String> {
+        const SHAPE: &str =
+            "#{summary: #{…} (an object map), artifacts: [\"file under /scratch\", …]}";
+        let summary = match self.field("summary") {
+            Some(v @ Value::Object(_)) => v.to_string(),
+            _ => return Err(self.expected(SHAPE)),
+        };
+        Ok(Evidence {
+            summary,
+            artifacts: self.strings(self.field("artifacts"), SHAPE)?,
+        })
+    }
+
+    /// mutate: `#{changed?: [string], notes?: string or [string]}`. Without `changed`,
+    /// the paths the script wrote or removed through its grants (`written`); the usage
+    /// is always what the host metered for the script's `model_chat` calls.
+    pub fn proposal(self, written: Vec<String>, usage: Usage) -> Result<Proposal, String> {
+        const SHAPE: &str = "#{changed: [\"target/…\", …], notes: [\"…\", …]} (both optional; notes may be one string)";
+        if !self.value.is_object() {
+            return Err(self.expected(SHAPE));
+        }
+        let changed = match self.field("changed") {
+            None | Some(Value::Null) => written,
+            v => self.strings(v, SHAPE)?,
+        };
+        let notes = match self.field("notes") {
+            Some(Value::String(s)) => vec![s.clone()],
+            v => self.strings(v, SHAPE)?,
+        };
+        Ok(Proposal {
+            changed,
+            notes,
+            usage,
+        })
+    }
+
+    /// reflect: an array of `#{op: "add", id, text, data?}`, `#{op: "credit", id,
+    /// delta, reason}` or `#{op: "retire", id}`.
+    pub fn playbook_ops(self) -> Result<Vec<PlaybookOp>, String> {
+        const SHAPE: &str = "an array of #{op: \"add\", id, text, data: #{…}}, #{op: \"credit\", id, delta, reason} or #{op: \"retire\", id}";
+        let Value::Array(items) = &self.value else {
+            return Err(self.expected(SHAPE));
+        };
+        items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| {
+                let bad = |what: &str| {
+                    format!(
+                        "{}() returned an operation [{i}] {what}; expected {SHAPE}",
+                        self.function
+                    )
+                };
+                let str_of = |k: &str| {
+                    item.get(k)
+                        .and_then(Value::as_str)
+                        .map(str::to_string)
+                        .ok_or_else(|| bad(&format!("without a string `{k}`")))
+                };
+                match item.get("op").and_then(Value::as_str) {
+                    Some("add") => {
+                        let data = match item.get("data") {
+                            None | Some(Value::Null) => "{}".to_string(),
+                            Some(d @ Value::Object(_)) => d.to_string(),
+                            Some(_) => return Err(bad("whose `data` is not an object map")),
+                        };
+                        Ok(PlaybookOp::Add(PlaybookEntry {
+                            id: str_of("id")?,
+                            text: str_of("text")?,
+                            data,
+                        }))
+                    }
+                    Some("credit") => Ok(PlaybookOp::Credit(PlaybookCredit {
+                        id: str_of("id")?,
+                        delta: item
+                            .get("delta")
+                            .and_then(Value::as_f64)
+                            .ok_or_else(|| bad("without a number `delta`"))?,
+                        reason: str_of("reason")?,
+                    })),
+                    Some("retire") => Ok(PlaybookOp::Retire(str_of("id")?)),
+                    _ => Err(bad("whose `op` is not \"add\", \"credit\" or \"retire\"")),
+                }
+            })
+            .collect()
     }
 
     /// annotate: an object map.

@@ -32,6 +32,8 @@ pub struct Session {
     baseline: Rc<Cell<isize>>,
     /// Where the script was last seen running (see `track_position`).
     last: Rc<Cell<Position>>,
+    /// What the script changed and spent through its grants.
+    pub(crate) tracked: grants::Tracked,
 }
 
 impl Session {
@@ -44,7 +46,8 @@ impl Session {
         let mut engine = base_engine(&limits, baseline.clone());
         track_position(&mut engine, last.clone());
         register_helpers(&mut engine, ctx.seed);
-        grants::register(&mut engine, grants);
+        let tracked = grants::Tracked::default();
+        grants::register(&mut engine, grants, &tracked);
         let ast = engine
             .compile(&script.text)
             .map_err(|e| error::parse(&script.path, &e))?;
@@ -55,6 +58,7 @@ impl Session {
             limits,
             baseline,
             last,
+            tracked,
         })
     }
 

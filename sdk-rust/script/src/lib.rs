@@ -24,7 +24,7 @@ mod meter;
 pub use config::{
     DEFAULT_MAX_MEMORY_MIB, DEFAULT_MAX_OPERATIONS, Limits, schema, source_path_problem,
 };
-pub use grants::{Grants, Tasks};
+pub use grants::{Grants, Model, Tasks, Tree};
 pub use meter::{MeteredAlloc, live_bytes};
 
 use convert::to_dynamic;
@@ -77,6 +77,58 @@ pub fn select(ctx: &Context, archive: &ArchiveView) -> Result<Vec<String>, Strin
     let args = vec![ctx_value(ctx), to_dynamic(&convert::view(archive))];
     let out = s.call("select", "ctx, archive", args)?;
     shaped(&s, out.parents())
+}
+
+/// rollout: `fn rollout(ctx, parent)` returns `#{summary: #{…}, artifacts}`.
+pub fn rollout(ctx: &Context, parent: &ArchiveRow, grants: Grants) -> Result<Evidence, String> {
+    let s = Session::open(ctx, grants)?;
+    let args = vec![ctx_value(ctx), to_dynamic(&convert::row(parent))];
+    let out = s.call("rollout", "ctx, parent", args)?;
+    shaped(&s, out.evidence())
+}
+
+/// analyze: `fn analyze(ctx, rollout)` returns `#{summary: #{…}, artifacts}`.
+pub fn analyze(ctx: &Context, rollout: &Evidence, grants: Grants) -> Result<Evidence, String> {
+    let s = Session::open(ctx, grants)?;
+    let args = vec![ctx_value(ctx), to_dynamic(&convert::evidence(rollout))];
+    let out = s.call("analyze", "ctx, rollout", args)?;
+    shaped(&s, out.evidence())
+}
+
+/// mutate: `fn mutate(ctx, observation)` edits the candidate through its grants and
+/// returns `#{changed, notes}` (`changed` defaults to the paths it wrote; the usage is
+/// the host-metered usage of its `model_chat` calls).
+pub fn mutate(
+    ctx: &Context,
+    observation: &Observation,
+    grants: Grants,
+) -> Result<Proposal, String> {
+    let s = Session::open(ctx, grants)?;
+    let args = vec![
+        ctx_value(ctx),
+        to_dynamic(&convert::observation(observation)),
+    ];
+    let out = s.call("mutate", "ctx, observation", args)?;
+    let written = s.tracked.changed.borrow().clone();
+    let usage = *s.tracked.usage.borrow();
+    shaped(&s, out.proposal(written, usage))
+}
+
+/// reflect: `fn reflect(ctx, archive, playbook)` returns playbook operations.
+pub fn reflect(
+    ctx: &Context,
+    archive: &ArchiveView,
+    playbook: &[PlaybookEntry],
+    grants: Grants,
+) -> Result<Vec<PlaybookOp>, String> {
+    let s = Session::open(ctx, grants)?;
+    let args = vec![
+        ctx_value(ctx),
+        to_dynamic(&convert::view(archive)),
+        to_dynamic(&convert::playbook(playbook)),
+    ];
+    let out = s.call("reflect", "ctx, archive, playbook", args)?;
+    shaped(&s, out.playbook_ops())
 }
 
 /// validate: `fn validate(ctx, changed, rollout)` returns `#{accept, reason, artifacts}`.

@@ -45,8 +45,9 @@ impl Validate for ValidateScript {
     ) -> Result<Validation, String> {
         let grants = Grants {
             tasks: Some(Rc::new(WorldTasks)),
-            target: Some("/target".into()),
+            target: Some(evolve_script::Tree::read_only("/target")),
             scratch: Some("/scratch".into()),
+            ..Grants::default()
         };
         evolve_script::validate(ctx, changed, rollout, grants)
     }

@@ -100,8 +100,8 @@ fn scripted(params: &Value, rollout: Option<&Evidence>, fake: &Fake) -> Outcome 
     let dir = tempfile::tempdir().unwrap();
     let grants = Grants {
         tasks: Some(Rc::new(fake.clone())),
-        target: None,
         scratch: Some(dir.path().to_path_buf()),
+        ..Grants::default()
     };
     let out = evolve_script::validate(&ctx, &[], rollout, grants);
     (
@@ -239,7 +239,7 @@ fn a_validate_script_reads_the_target_it_is_granted() {
                   #{accept: p.k == 2 && target_exists(\"params.json\"), reason: `files ${target_list(\"\")}`}\n}\n";
     let ctx = evolve_script::testing::context(PATH, text, json!({}), 0);
     let grants = Grants {
-        target: Some(dir.path().to_path_buf()),
+        target: Some(evolve_script::Tree::read_only(dir.path())),
         ..Grants::default()
     };
     let v = evolve_script::validate(&ctx, &[], None, grants).unwrap();
@@ -249,7 +249,7 @@ fn a_validate_script_reads_the_target_it_is_granted() {
         "fn validate(ctx, changed, rollout) {\n  target_read(\"../evaluator/tasks.json\")\n}\n";
     let ctx = evolve_script::testing::context(PATH, escape, json!({}), 0);
     let grants = Grants {
-        target: Some(dir.path().to_path_buf()),
+        target: Some(evolve_script::Tree::read_only(dir.path())),
         ..Grants::default()
     };
     let e = evolve_script::validate(&ctx, &[], None, grants).unwrap_err();
