@@ -474,6 +474,11 @@ pub async fn check(sb: &Sandbox, text: &str, base: &Path) -> Checked {
         };
         match normalize_with(sb, &op, &Value::Object(binding.config.clone())).await {
             Ok(map) => {
+                if binding.operator == crate::lifecycle::stages::SCRIPT_OPERATOR
+                    && let Err(message) = check_script(sb, &op, stage_text, &map, base).await
+                {
+                    violations.push(Violation::new(at("config.source"), message));
+                }
                 normalized["operators"][stage_text.as_str()]["config"] = Value::Object(map.clone());
                 binding.config = map;
             }
@@ -494,6 +499,60 @@ pub async fn check(sb: &Sandbox, text: &str, base: &Path) -> Checked {
     }
     checked.violations = violations;
     checked
+}
+
+/// A script binding's script (normalized `config`) must exist and be a script the
+/// stage can call: the shipped `builtin`, else the file at `source` next to the recipe
+/// (where `evolve init` reads it), compiled and checked for the stage's function by the
+/// stage's own script component on the sample input. Only a defect of the script
+/// itself is reported (a syntax error with its line, or no such function); what the
+/// script does with the sample input is not the recipe's concern.
+///
+/// The component does the compiling, rather than the host, so that the check uses the
+/// very interpreter and settings the run will, and the host does not link a second
+/// copy of it.
+async fn check_script(
+    sb: &Sandbox,
+    op: &LoadedOperator,
+    stage: &str,
+    config: &Map<String, Value>,
+    base: &Path,
+) -> Result<(), String> {
+    use crate::lifecycle::stages;
+    let source = config.get("source").and_then(Value::as_str).unwrap_or("");
+    let script = match config.get("builtin").and_then(Value::as_str) {
+        Some(name) => match crate::workspace::init::builtin_script(stage, name) {
+            Some(text) => stages::script_source(source, text.to_string()),
+            // normalize-config has reported the unknown name.
+            None => return Ok(()),
+        },
+        None => stages::script_from_file(base, source).map_err(|e| {
+            format!(
+                "{e}; the {stage} script must be at config.source next to the recipe, or config.builtin must name a shipped script"
+            )
+        })?,
+    };
+    let config = Value::Object(config.clone()).to_string();
+    let mut input = crate::cli::samples::input(op.stage, &config);
+    stages::attach_script(&mut input, Some(script));
+    let scratch = tempfile::tempdir().map_err(|e| format!("no scratch directory: {e}"))?;
+    let limits = Limits {
+        timeout: Duration::from_secs(10),
+        ..Limits::default()
+    };
+    let report = sb
+        .call(
+            op,
+            &Grants::scratch_only(scratch.path()),
+            &limits,
+            Capabilities::default(),
+            input,
+        )
+        .await;
+    match report.outcome {
+        Err(sandbox::OperatorFailure::Reported(m)) if stages::is_script_defect(&m) => Err(m),
+        _ => Ok(()),
+    }
 }
 
 pub(crate) async fn normalize_with(

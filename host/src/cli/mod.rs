@@ -10,7 +10,7 @@ mod diff;
 mod operator;
 mod progress;
 mod recipe;
-mod samples;
+pub(crate) mod samples;
 mod scaffold;
 pub(crate) mod verify;
 mod workspace;

@@ -342,7 +342,12 @@ fn run_sample(
     }
     let sb = sandbox()?;
     let op = load(&sb, spec)?;
-    let config = match normalize(&sb, &op, &read_config(config)?)? {
+    let raw = read_config(config)?;
+    let script_component = is_script_component(&sb, &op)?;
+    if script_component {
+        require_source(spec, op.stage, &raw)?;
+    }
+    let config = match normalize(&sb, &op, &raw)? {
         Ok(c) => c,
         Err(_) => {
             return Err(CliError {
@@ -368,7 +373,10 @@ fn run_sample(
         std::fs::write(checkout.join("target").join(name), text)
             .map_err(|e| CliError::usage(format!("cannot prepare the sample: {e}")))?;
     }
-    let input = sample_input(op.stage, &config);
+    let mut input = samples::input(op.stage, &config);
+    if script_component {
+        crate::lifecycle::stages::attach_script(&mut input, Some(sample_script(&config)?));
+    }
     let grants = Grants::for_stage(
         op.stage,
         &GrantRequest {
@@ -416,56 +424,41 @@ fn run_sample(
     }
 }
 
-fn sample_input(stage: Stage, config: &str) -> StageInput {
-    let ctx = |parent: Option<&str>| samples::context(config, parent);
-    match stage {
-        Stage::Select => StageInput::Select {
-            ctx: ctx(None),
-            archive: samples::archive(),
-        },
-        Stage::Rollout => StageInput::Rollout {
-            ctx: ctx(Some("1")),
-            parent: samples::parent(),
-        },
-        Stage::Analyze => StageInput::Analyze {
-            ctx: ctx(Some("1")),
-            rollout: samples::evidence(),
-        },
-        Stage::Mutate => StageInput::Mutate {
-            ctx: ctx(Some("1")),
-            observation: samples::observation(),
-        },
-        Stage::Validate => StageInput::Validate {
-            ctx: ctx(Some("1")),
-            changed: vec!["target/params.json".into()],
-            rollout: Some(samples::evidence()),
-        },
-        Stage::Novelty => StageInput::Novelty {
-            ctx: ctx(Some("1")),
-            diff: samples::diff(),
-        },
-        Stage::Gate => StageInput::Gate {
-            ctx: ctx(Some("1")),
-            child: samples::child(),
-            parent: Some(samples::parent()),
-            archive: samples::archive(),
-            diff: Some(samples::diff()),
-        },
-        Stage::Record => StageInput::Record {
-            ctx: ctx(Some("1")),
-            child: samples::child(),
-            diff: Some(samples::diff()),
-        },
-        Stage::Reflect => StageInput::Reflect {
-            ctx: ctx(None),
-            archive: samples::archive(),
-            playbook: samples::playbook(),
-        },
-        Stage::Driver => StageInput::Driver {
-            ctx: ctx(None),
-            feedback: crate::lifecycle::agent_driver::sample_feedback(),
-        },
+/// Whether `op` is a script operator (it describes itself as `<stage>/script`).
+fn is_script_component(sb: &Sandbox, op: &LoadedOperator) -> Result<bool, CliError> {
+    Ok(match meta_call(sb, op, StageInput::Describe)? {
+        StageOutput::Description(d) => d.name == crate::lifecycle::stages::SCRIPT_OPERATOR,
+        _ => false,
+    })
+}
+
+/// A script operator runs the script its configuration names: say so precisely when the
+/// configuration names none.
+fn require_source(spec: &str, stage: Stage, raw: &str) -> Result<(), CliError> {
+    let named = serde_json::from_str::<Value>(raw)
+        .ok()
+        .is_some_and(|v| v.get("source").is_some());
+    if named {
+        return Ok(());
     }
+    let stage = stage_name(stage);
+    Err(CliError::usage(format!(
+        "{spec} runs the Rhai script its configuration names, and this configuration names none"
+    ))
+    .hint(format!(
+        "pass --config '{{\"source\": \"operators/{stage}/my.rhai\"}}' (read relative to the current directory; see docs/scripts.md)"
+    )))
+}
+
+/// The script the normalized `config` names, read relative to the current directory.
+fn sample_script(config: &str) -> Result<crate::sandbox::types::ScriptSource, CliError> {
+    let config: Value = serde_json::from_str(config).unwrap_or_default();
+    let source = config["source"].as_str().unwrap_or_default();
+    crate::lifecycle::stages::script_from_file(Path::new("."), source).map_err(|e| {
+        CliError::usage(format!("cannot read the script config.source names: {e}"))
+            .at(source.to_string())
+            .hint("config.source is read relative to the current directory")
+    })
 }
 
 fn build(path: Option<&Path>, json_out: bool) -> CliResult {

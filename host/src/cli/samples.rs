@@ -1,6 +1,7 @@
 //! Sample inputs for `evolve operator run`: a small archive and candidate that show
 //! what each stage receives, so an operator can be tried without an experiment.
 
+use crate::sandbox::StageInput;
 use crate::sandbox::types::*;
 
 pub fn context(config: &str, parent: Option<&str>) -> CallContext {
@@ -118,3 +119,57 @@ pub const TARGET_FILES: &[(&str, &str)] = &[
     ("params.json", "{\"k\": 1, \"temperature\": 0.7}\n"),
     ("prompt.md", "You are a careful agent.\n"),
 ];
+
+/// The sample input of `stage`, with `config` (normalized JSON text) as its
+/// configuration.
+pub fn input(stage: Stage, config: &str) -> StageInput {
+    let ctx = |parent: Option<&str>| context(config, parent);
+    match stage {
+        Stage::Select => StageInput::Select {
+            ctx: ctx(None),
+            archive: archive(),
+        },
+        Stage::Rollout => StageInput::Rollout {
+            ctx: ctx(Some("1")),
+            parent: parent(),
+        },
+        Stage::Analyze => StageInput::Analyze {
+            ctx: ctx(Some("1")),
+            rollout: evidence(),
+        },
+        Stage::Mutate => StageInput::Mutate {
+            ctx: ctx(Some("1")),
+            observation: observation(),
+        },
+        Stage::Validate => StageInput::Validate {
+            ctx: ctx(Some("1")),
+            changed: vec!["target/params.json".into()],
+            rollout: Some(evidence()),
+        },
+        Stage::Novelty => StageInput::Novelty {
+            ctx: ctx(Some("1")),
+            diff: diff(),
+        },
+        Stage::Gate => StageInput::Gate {
+            ctx: ctx(Some("1")),
+            child: child(),
+            parent: Some(parent()),
+            archive: archive(),
+            diff: Some(diff()),
+        },
+        Stage::Record => StageInput::Record {
+            ctx: ctx(Some("1")),
+            child: child(),
+            diff: Some(diff()),
+        },
+        Stage::Reflect => StageInput::Reflect {
+            ctx: ctx(None),
+            archive: archive(),
+            playbook: playbook(),
+        },
+        Stage::Driver => StageInput::Driver {
+            ctx: ctx(None),
+            feedback: crate::lifecycle::agent_driver::sample_feedback(),
+        },
+    }
+}

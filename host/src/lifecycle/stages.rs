@@ -15,7 +15,9 @@ use std::time::Duration;
 
 mod script;
 pub use script::{
-    SCRIPT_OPERATOR, check_path as check_script_path, recorded_identities, recorded_identity,
+    SCRIPT_OPERATOR, attach as attach_script, check_path as check_script_path,
+    from_file as script_from_file, is_script_defect, recorded_identities, recorded_identity,
+    source as script_source,
 };
 
 /// The recipe's operator bindings, ready to call.

@@ -29,11 +29,47 @@ pub fn read(binding: Option<&Binding>, checkout: &Path) -> Result<Option<ScriptS
     let bytes =
         read_plain_file(checkout, path).map_err(|e| format!("cannot read script {path}: {e}"))?;
     let text = String::from_utf8(bytes).map_err(|_| format!("script {path} is not UTF-8 text"))?;
-    Ok(Some(ScriptSource {
+    Ok(Some(source(path, text)))
+}
+
+/// The script `text` at workspace path `path`, as a call receives it.
+pub fn source(path: &str, text: String) -> ScriptSource {
+    ScriptSource {
         path: path.to_string(),
         sha256: evolve_archive::sha256_hex(text.as_bytes()),
         text,
-    }))
+    }
+}
+
+/// The script a binding names, read from a file outside any workspace: `path` below
+/// `base` (the recipe's directory for `recipe check`, where `evolve init` reads it too;
+/// the current directory for `operator run`), at most [`MAX_SCRIPT_BYTES`], UTF-8.
+pub fn from_file(base: &Path, path: &str) -> Result<ScriptSource, String> {
+    check_path(path)?;
+    let file = base.join(path);
+    let shown = file.display();
+    let meta = std::fs::metadata(&file).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("{shown} is not a file"));
+    }
+    if meta.len() > MAX_SCRIPT_BYTES {
+        return Err(format!(
+            "{shown} has {} bytes, over the {MAX_SCRIPT_BYTES}-byte limit of a script",
+            meta.len()
+        ));
+    }
+    let bytes = std::fs::read(&file).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let text = String::from_utf8(bytes).map_err(|_| format!("{shown} is not UTF-8 text"))?;
+    Ok(source(path, text))
+}
+
+/// Whether a script operator's error says its script cannot run at all, whatever the
+/// input: it does not compile, or does not define the stage's function. These are the
+/// two messages of `evolve-script` that come before any of the script runs
+/// (`script P line N: syntax error: …`, `script P: defines no function `f(…)`, …`).
+pub fn is_script_defect(message: &str) -> bool {
+    message.starts_with("script ")
+        && (message.contains(": syntax error: ") || message.contains(": defines no function `"))
 }
 
 /// A workspace path under `operators/`, of plain segments, ending in `.rhai`.
