@@ -4,6 +4,8 @@
 //! each stage's script is loaded from the stage's checkout (the loading rules); and a
 //! hostile script can neither reach what its stage is not granted nor run away.
 
+#[path = "support/chat.rs"]
+mod chat;
 #[path = "support/ws.rs"]
 mod ws;
 
@@ -37,6 +39,27 @@ fn select_script(e: &Exp, config: &Value) {
         &format!("select: {{operator: script, config: {config}}}"),
     );
     std::fs::write(path, recipe).unwrap();
+}
+
+/// The experiment's recipe with `stage` bound to the script operator `config` (the
+/// stage's line replaced, or added for an optional stage).
+fn bind_script(e: &Exp, stage: &str, config: &Value) {
+    let path = e.root().join("recipe.yaml");
+    let recipe = std::fs::read_to_string(&path).unwrap();
+    let line = format!("  {stage}: {{operator: script, timeout_s: 60, config: {config}}}");
+    let prefix = format!("  {stage}:");
+    let mut lines: Vec<String> = recipe.lines().map(str::to_string).collect();
+    match lines.iter().position(|l| l.starts_with(&prefix)) {
+        Some(i) => lines[i] = line,
+        None => {
+            let end = lines
+                .iter()
+                .position(|l| l.starts_with("evaluator:"))
+                .unwrap();
+            lines.insert(end, line);
+        }
+    }
+    std::fs::write(path, lines.join("\n") + "\n").unwrap();
 }
 
 /// A script the test supplies next to the recipe (installed by `evolve init`).
@@ -289,6 +312,118 @@ fn gate_and_record_scripts_load_from_the_committed_child() {
     );
 }
 
+const ROLLOUT_V1: &str = "fn rollout(ctx, parent) {\n  let version = 1;\n  #{summary: #{version: version, parent: parent.generation_id}}\n}\n";
+const ANALYZE_V1: &str = "fn analyze(ctx, rollout) {\n  let version = 1;\n  let r = model_chat(`rollout v${rollout.summary.version}`);\n  #{summary: #{version: version, said: r.content}}\n}\n";
+/// Climbs, and bumps the version line of the rollout, analyze and mutate scripts
+/// (itself included) in the child it makes.
+const MUTATE_V1: &str = "fn mutate(ctx, obs) {\n  let version = 1;\n  for path in [\"rollout/r.rhai\", \"analyze/a.rhai\", \"mutate/m.rhai\"] {\n    let text = operators_read(path);\n    text.replace(`let version = ${version};`, `let version = ${version + 1};`);\n    operators_write(path, text);\n  }\n  target_write(\"value.txt\", fmt(to_float(ctx.generation + 1) / 10.0) + \"\\n\");\n  #{notes: `mutate v${version} saw rollout v${obs.rollout.summary.version}, analysis v${obs.analysis.summary.version}: ${obs.analysis.summary.said}`}\n}\n";
+
+fn bumped(text: &str) -> String {
+    text.replace("let version = 1;", "let version = 2;")
+}
+
+#[test]
+fn rollout_analyze_and_mutate_scripts_edited_by_mutate_are_used_by_its_descendants() {
+    let (url, calls) = chat::chat_server("model says hi");
+    let e = Exp::new(&Spec {
+        generations: 2,
+        surface: vec!["target/value.txt".into(), "operators/**".into()],
+        budget_usd: 1.0,
+        model: Some(chat::model_block(&url)),
+        ..Spec::default()
+    });
+    for (stage, source, text) in [
+        ("rollout", "operators/rollout/r.rhai", ROLLOUT_V1),
+        ("analyze", "operators/analyze/a.rhai", ANALYZE_V1),
+        ("mutate", "operators/mutate/m.rhai", MUTATE_V1),
+    ] {
+        bind_script(&e, stage, &script_binding(source, None));
+        supply(&e, source, text);
+    }
+    e.init();
+    e.run_ok(&["run", "ws", "--quiet"]);
+
+    // Generation 1 (parent gen/0) ran the scripts gen/0 holds, although its own mutate
+    // rewrote all three (itself included) in the child it made.
+    for (stage, text) in [
+        ("rollout", ROLLOUT_V1),
+        ("analyze", ANALYZE_V1),
+        ("mutate", MUTATE_V1),
+    ] {
+        assert_eq!(
+            result_json(&e, "1", stage)["script_sha256"],
+            sha256(text),
+            "gen 1 {stage}"
+        );
+    }
+    let mutate1 = result_json(&e, "1", "mutate");
+    assert_eq!(
+        mutate1["ok"]["notes"],
+        json!(["mutate v1 saw rollout v1, analysis v1: model says hi"]),
+        "{mutate1}"
+    );
+    assert_eq!(
+        mutate1["ok"]["changed"],
+        json!([
+            "operators/rollout/r.rhai",
+            "operators/analyze/a.rhai",
+            "operators/mutate/m.rhai",
+            "target/value.txt"
+        ])
+    );
+    // The host metered the analyze script's model call.
+    assert_eq!(
+        result_json(&e, "1", "analyze")["ok"]["summary"],
+        json!({"version": 1, "said": "model says hi"})
+    );
+    let store = evolve_snapshot::Store::open(&e.ws).unwrap();
+    let gen1 = store.tag_target("gen/1").unwrap().unwrap();
+    for (path, text) in [
+        ("operators/rollout/r.rhai", ROLLOUT_V1),
+        ("operators/mutate/m.rhai", MUTATE_V1),
+    ] {
+        let committed = store.read_blob(gen1, path, 1 << 20).unwrap().unwrap();
+        assert_eq!(
+            String::from_utf8(committed).unwrap(),
+            bumped(text),
+            "{path}"
+        );
+    }
+
+    // Generation 2 descends from gen/1 (it climbed, so greedy picked it) and loads all
+    // three from that parent: the edited versions.
+    let events = e.events();
+    let selects = events_of(&events, "select", None);
+    assert_eq!(selects[1]["body"]["parents"], json!(["1"]), "{selects:#?}");
+    for (stage, text) in [
+        ("rollout", ROLLOUT_V1),
+        ("analyze", ANALYZE_V1),
+        ("mutate", MUTATE_V1),
+    ] {
+        assert_eq!(
+            result_json(&e, "2", stage)["script_sha256"],
+            sha256(&bumped(text)),
+            "gen 2 {stage}"
+        );
+    }
+    assert_eq!(
+        result_json(&e, "2", "rollout")["ok"]["summary"],
+        json!({"version": 2, "parent": "1"})
+    );
+    assert_eq!(
+        result_json(&e, "2", "mutate")["ok"]["notes"],
+        json!(["mutate v2 saw rollout v2, analysis v2: model says hi"])
+    );
+    let generation = events_of(&events, "generation", Some("2"));
+    assert_eq!(
+        generation[0]["body"]["operators"]["mutate"]["script_sha256"],
+        sha256(&bumped(MUTATE_V1))
+    );
+    // One model call per analyze: mutate's script made none.
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+    e.run_ok(&["verify", "ws"]);
+}
+
 /// The names of the gate and sealed tasks of a workspace.
 fn private_tasks(e: &Exp) -> Vec<String> {
     let set: Value = serde_json::from_str(
@@ -309,6 +444,39 @@ fn private_tasks(e: &Exp) -> Vec<String> {
 const DUMP_GATE: &str = "fn decide(ctx, child, parent, archive, diff) {\n  #{verdict: \"keep\", reason: to_json([ctx, child, parent, archive, diff])}\n}\n";
 const PRYING_VALIDATE: &str = "fn validate(ctx, changed, rollout) {\n  let seen = target_list(\"\");\n  target_read(\"../evaluator/task-set.json\")\n}\n";
 
+/// What a mutate script (the widest grants of any stage) tries, through every function
+/// it has, to reach the archive or the evaluator.
+const PRYING_CALLS: [&str; 15] = [
+    r#"target_read("../.evolve/archive.jsonl")"#,
+    r#"target_read("/.evolve/archive.jsonl")"#,
+    r#"target_read(".evolve/archive.jsonl")"#,
+    r#"target_list("..")"#,
+    r#"target_exists("../.evolve/archive.jsonl")"#,
+    r#"target_write("../.evolve/archive.jsonl", "forged")"#,
+    r#"target_remove("../.evolve/archive.jsonl")"#,
+    r#"operators_read("../.evolve/archive.jsonl")"#,
+    r#"operators_list("../.evolve")"#,
+    r#"operators_write("../.evolve/archive.jsonl", "forged")"#,
+    r#"operators_read("../evaluator/task-set.json")"#,
+    r#"feedback_read("../.evolve/archive.jsonl")"#,
+    r#"feedback_list("..")"#,
+    r#"scratch_write("../../../.evolve/archive.jsonl", "forged")"#,
+    r#"read_file(".evolve/archive.jsonl")"#,
+];
+
+/// A mutate script that makes each of [`PRYING_CALLS`] and notes what it got (`GOT …`)
+/// or why it was refused, then climbs.
+fn prying_mutate() -> String {
+    let mut s = String::from("fn mutate(ctx, obs) {\n  let got = [];\n");
+    for call in PRYING_CALLS {
+        s.push_str(&format!(
+            "  try {{ got.push(`GOT ${{to_json({call})}}`); }} catch (e) {{ got.push(`refused: ${{e}}`); }}\n"
+        ));
+    }
+    s.push_str("  target_write(\"value.txt\", \"0.2\\n\");\n  #{notes: got}\n}\n");
+    s
+}
+
 #[test]
 fn hostile_scripts_cannot_reach_the_evaluator_or_learn_a_private_task_name() {
     let extra = format!(
@@ -317,8 +485,57 @@ fn hostile_scripts_cannot_reach_the_evaluator_or_learn_a_private_task_name() {
     );
     let e = self_editing("unused.txt", "x", &extra, ("hillclimb", json!({})));
     supply(&e, "operators/validate/pry.rhai", PRYING_VALIDATE);
+    bind_script(
+        &e,
+        "mutate",
+        &script_binding("operators/mutate/pry.rhai", None),
+    );
+    supply(&e, "operators/mutate/pry.rhai", &prying_mutate());
     e.init();
+    let archive_before = std::fs::read_to_string(e.ws.join(".evolve/archive.jsonl")).unwrap();
     e.run_ok(&["run", "ws", "--quiet"]);
+    // Mutate's every reach for the archive was refused, and the archive is intact.
+    let mutate = result_json(&e, "1", "mutate");
+    let notes: Vec<&str> = mutate["ok"]["notes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{mutate}"))
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert_eq!(notes.len(), PRYING_CALLS.len(), "{notes:#?}");
+    for note in &notes {
+        assert!(note.starts_with("refused: "), "{notes:#?}");
+    }
+    for (i, what) in [
+        (
+            0,
+            "target_read: \"../.evolve/archive.jsonl\" must be a relative path of plain segments",
+        ),
+        (
+            1,
+            "target_read: \"/.evolve/archive.jsonl\" must be a relative path",
+        ),
+        (2, "target_read: .evolve/archive.jsonl: "),
+        (3, "target_list: \"..\" must be a relative path"),
+        (
+            5,
+            "target_write: \"../.evolve/archive.jsonl\" must be a relative path",
+        ),
+        (
+            9,
+            "operators_write: \"../.evolve/archive.jsonl\" must be a relative path",
+        ),
+        (
+            13,
+            "scratch_write: \"../../../.evolve/archive.jsonl\" must be a relative path",
+        ),
+        (14, "Function not found: read_file"),
+    ] {
+        assert!(notes[i].contains(what), "{i}: {}", notes[i]);
+    }
+    let archive_after = std::fs::read_to_string(e.ws.join(".evolve/archive.jsonl")).unwrap();
+    assert!(archive_after.starts_with(&archive_before));
+    assert!(!archive_after.contains("forged"));
     let events = e.events();
     let status = events_of(&events, "status", Some("1"));
     let reason = status[0]["body"]["reason"].as_str().unwrap();
@@ -454,4 +671,161 @@ fn a_script_binding_without_its_script_is_an_init_error() {
         "{said}"
     );
     assert!(said.contains("operators/select/mine.rhai"), "{said}");
+}
+
+#[test]
+fn recipe_check_reports_a_missing_or_broken_script_with_its_stage_and_path() {
+    let e = Exp::new(&Spec::default());
+    select_script(
+        &e,
+        &script_binding("operators/select/policy.rhai", Some("score_child_prop")),
+    );
+    bind_script(
+        &e,
+        "rollout",
+        &script_binding("operators/rollout/missing.rhai", None),
+    );
+    bind_script(
+        &e,
+        "analyze",
+        &script_binding("operators/analyze/bad.rhai", None),
+    );
+    bind_script(
+        &e,
+        "mutate",
+        &script_binding("operators/mutate/typo.rhai", None),
+    );
+    // Compiles and defines its function, but throws on any input: not the recipe's
+    // problem.
+    bind_script(
+        &e,
+        "reflect",
+        &script_binding("operators/reflect/throws.rhai", None),
+    );
+    supply(
+        &e,
+        "operators/analyze/bad.rhai",
+        "fn analyze(ctx, rollout) {\n  let x = ;\n}\n",
+    );
+    supply(
+        &e,
+        "operators/mutate/typo.rhai",
+        "fn mutat(ctx, observation) {\n  #{}\n}\n",
+    );
+    supply(
+        &e,
+        "operators/reflect/throws.rhai",
+        "fn reflect(ctx, archive, playbook) {\n  throw \"only at run time\";\n}\n",
+    );
+    let out = e
+        .evolve(&["recipe", "check", "recipe.yaml", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", ws::text(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let found: Vec<(String, String)> = report["violations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["path"].as_str().unwrap().to_string(),
+                v["message"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(found.len(), 3, "{found:#?}");
+    assert_eq!(found[0].0, "operators.analyze.config.source");
+    assert!(
+        found[0]
+            .1
+            .starts_with("script operators/analyze/bad.rhai line 2: syntax error: "),
+        "{found:#?}"
+    );
+    assert_eq!(found[1].0, "operators.mutate.config.source");
+    assert_eq!(
+        found[1].1,
+        "script operators/mutate/typo.rhai: defines no function `mutate(ctx, observation)`, which this stage calls"
+    );
+    assert_eq!(found[2].0, "operators.rollout.config.source");
+    assert!(
+        found[2].1.starts_with("cannot read ")
+            && found[2].1.contains("operators/rollout/missing.rhai")
+            && found[2]
+                .1
+                .contains("the rollout script must be at config.source next to the recipe"),
+        "{found:#?}"
+    );
+
+    // Fixed, the recipe checks clean.
+    supply(
+        &e,
+        "operators/rollout/missing.rhai",
+        "fn rollout(ctx, parent) {\n  #{summary: #{}}\n}\n",
+    );
+    supply(
+        &e,
+        "operators/analyze/bad.rhai",
+        "fn analyze(ctx, rollout) {\n  rollout\n}\n",
+    );
+    supply(
+        &e,
+        "operators/mutate/typo.rhai",
+        "fn mutate(ctx, observation) {\n  #{}\n}\n",
+    );
+    e.run_ok(&["recipe", "check", "recipe.yaml"]);
+}
+
+#[test]
+fn operator_run_reads_the_script_its_config_names() {
+    let e = Exp::new(&Spec::default());
+    let out = e
+        .evolve(&["operator", "run", "rollout/script"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", ws::text(&out));
+    let said = ws::text(&out);
+    assert!(
+        said.contains("rollout/script runs the Rhai script its configuration names")
+            && said.contains(r#"--config '{"source": "operators/rollout/my.rhai"}'"#),
+        "{said}"
+    );
+
+    let config = r#"{"source": "operators/rollout/r.rhai", "params": {"k": 3}}"#;
+    let out = e
+        .evolve(&["operator", "run", "rollout/script", "--config", config])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", ws::text(&out));
+    let said = ws::text(&out);
+    assert!(
+        said.contains(
+            "cannot read the script config.source names: cannot read ./operators/rollout/r.rhai"
+        ) && said.contains("relative to the current directory"),
+        "{said}"
+    );
+
+    supply(
+        &e,
+        "operators/rollout/r.rhai",
+        "fn rollout(ctx, parent) {\n  #{summary: #{k: ctx.config.k, parent: parent.generation_id, tasks: train_tasks()}}\n}\n",
+    );
+    let out = e
+        .evolve(&[
+            "operator",
+            "run",
+            "rollout/script",
+            "--config",
+            config,
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", ws::text(&out));
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        result["result"]["summary"],
+        json!({"k": 3, "parent": "1", "tasks": []}),
+        "{result}"
+    );
 }
