@@ -16,7 +16,7 @@
 //! `operators/manifest.json`), with the function each defines and when an edit to it
 //! takes effect (validate and novelty: this very proposal; gate and record: this
 //! generation's own; select: once a descendant is the champion; rollout, analyze and
-//! mutate: the edit's descendants).
+//! mutate: the edit's descendants; reflect: the workspace head, not this tree).
 //!
 //! The prompt holds the generation, the editable roots and the surface, the standing
 //! policy (at most [`POLICY_CHARS`] characters), the train evidence (analysis summary,
@@ -232,6 +232,18 @@ fn script_contract(stage: &str) -> (&'static str, &'static str) {
             "fn select(ctx, archive) -> [generation ids]",
             "loaded from the champion's commit: steers parent choice once a descendant of this edit is the champion",
         ),
+        "rollout" => (
+            "fn rollout(ctx, parent) -> #{summary: #{…}, artifacts}",
+            "loaded from the parent fork: gathers evidence in generations that descend from this edit",
+        ),
+        "analyze" => (
+            "fn analyze(ctx, rollout) -> #{summary: #{…}, artifacts}",
+            "loaded from the parent fork: condenses evidence in generations that descend from this edit",
+        ),
+        "mutate" => (
+            "fn mutate(ctx, observation) -> #{changed, notes}",
+            "loaded from the parent fork: makes the proposals of generations that descend from this edit, never this one",
+        ),
         "validate" => (
             "fn validate(ctx, changed, rollout) -> #{accept, reason, artifacts}",
             "loaded from the tree you are editing: judges this very proposal",
@@ -247,6 +259,10 @@ fn script_contract(stage: &str) -> (&'static str, &'static str) {
         "record" => (
             "fn annotate(ctx, child) -> #{note, …}",
             "loaded from the committed child: annotates this generation too",
+        ),
+        "reflect" => (
+            "fn reflect(ctx, archive, playbook) -> [#{op: \"add\", id, text, data}, …]",
+            "loaded from the workspace head (docs/lifecycle.md), not from the tree you are editing",
         ),
         _ => (
             "the stage's function",

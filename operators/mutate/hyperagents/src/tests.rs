@@ -360,6 +360,18 @@ fn the_operator_scripts_and_their_loading_rules_are_in_the_system_prompt() {
         sys.contains("loaded from the committed child: decides this generation too"),
         "{sys}"
     );
+    let sys = system_prompt(
+        true,
+        8,
+        &[(
+            "rollout".to_string(),
+            "operators/rollout/r.rhai".to_string(),
+        )],
+    );
+    assert!(
+        sys.contains("- rollout: operators/rollout/r.rhai, `fn rollout(ctx, parent) -> #{summary: #{…}, artifacts}`; loaded from the parent fork: gathers evidence in generations that descend from this edit."),
+        "{sys}"
+    );
     // Without operators/ editable there is nothing about scripts.
     assert!(!system_prompt(false, 8, &scripts).contains("Rhai"));
     assert!(operator_scripts(&d.path().join("missing")).is_empty());
