@@ -200,7 +200,7 @@ impl TaskConfig {
             ));
         }
         if let Some(t) = self.agent.timeout_sec
-            && !(t >= 0.0 && t <= MAX_TIMEOUT_SEC)
+            && !(0.0..=MAX_TIMEOUT_SEC).contains(&t)
         {
             p.push(format!(
                 "[agent].timeout_sec must be a non-negative number of seconds, at most \
