@@ -219,7 +219,12 @@ fn pump(mut r: std::io::PipeReader, log: &Path, cap: u64) -> u64 {
 
 /// Run a phase to completion or timeout; the whole process tree is gone when this returns.
 pub async fn run_phase(spec: &PhaseSpec) -> std::io::Result<PhaseOutcome> {
-    let level = sandbox_level();
+    run_phase_at(spec, sandbox_level()).await
+}
+
+/// [`run_phase`] with the containment `level` chosen by the caller (tests use the
+/// fallback, which every machine has).
+async fn run_phase_at(spec: &PhaseSpec, level: SandboxLevel) -> std::io::Result<PhaseOutcome> {
     let argv = build_argv(spec, level);
     let (reader, writer) = std::io::pipe()?;
     let mut cmd = tokio::process::Command::new(&argv[0]);
@@ -241,6 +246,10 @@ pub async fn run_phase(spec: &PhaseSpec) -> std::io::Result<PhaseOutcome> {
     let mut child = cmd.spawn()?;
     drop(cmd); // closes our copies of the pipe's write end
     let pgid = child.id().unwrap_or(0);
+    let reap = ReapOnDrop {
+        pgid,
+        marker: spec.marker.clone(),
+    };
     let log = spec.log.clone();
     let cap = spec.log_cap;
     let pump = tokio::task::spawn_blocking(move || pump(reader, &log, cap));
@@ -264,6 +273,7 @@ pub async fn run_phase(spec: &PhaseSpec) -> std::io::Result<PhaseOutcome> {
         None => (None, true),
     };
     cleanup(pgid, &spec.marker).await;
+    std::mem::forget(reap); // cleaned up above
     let _ = child.wait().await;
     // Every writer is dead now; give the pump a moment to drain.
     let truncated = tokio::time::timeout(Duration::from_secs(5), pump)
@@ -279,6 +289,24 @@ pub async fn run_phase(spec: &PhaseSpec) -> std::io::Result<PhaseOutcome> {
     })
 }
 
+/// Kills a phase's process tree if the phase's future is dropped before it finished (the
+/// run was cancelled with Ctrl-C, or the caller's own deadline fired): the trial runs in
+/// its own process group, so neither the terminal's SIGINT nor `kill_on_drop` (which
+/// kills only the direct child) would reach its descendants.
+struct ReapOnDrop {
+    pgid: u32,
+    marker: String,
+}
+
+impl Drop for ReapOnDrop {
+    fn drop(&mut self) {
+        if self.pgid != 0 {
+            kill_group(self.pgid);
+        }
+        kill_marked(&self.marker);
+    }
+}
+
 async fn cleanup(pgid: u32, marker: &str) {
     if pgid != 0 {
         kill_group(pgid);
@@ -290,5 +318,61 @@ async fn cleanup(pgid: u32, marker: &str) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ctrl-C drops the evaluation's future mid-trial; the trial's whole tree must go with
+    /// it, including a grandchild in the trial's process group.
+    #[tokio::test]
+    async fn dropping_a_running_phase_kills_its_process_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = format!("drop-test-{}", std::process::id());
+        let spec = PhaseSpec {
+            argv: vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                "sleep 300 & sleep 300; wait".into(),
+            ],
+            cwd: dir.path().to_path_buf(),
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            stdin: None,
+            timeout: Some(Duration::from_secs(600)),
+            log: dir.path().join("log"),
+            log_cap: 4096,
+            deny_network: false,
+            hide: Vec::new(),
+            marker: marker.clone(),
+        };
+        // The fallback containment: under `unshare` the kernel would end the namespace
+        // when the direct child dies, which would hide a missing cleanup.
+        let mut phase = Box::pin(run_phase_at(&spec, SandboxLevel::None));
+        // Let it start and fork, then drop it as a cancelled run would.
+        let started = tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                tokio::select! {
+                    _ = &mut phase => panic!("the phase ended on its own"),
+                    _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                }
+                if marked_alive(&marker) {
+                    // Give the shell time to fork its background sleep too.
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    return;
+                }
+            }
+        })
+        .await;
+        assert!(started.is_ok(), "the phase never started");
+        drop(phase); // the future itself, not a pinned reference to it
+        for _ in 0..100 {
+            if !marked_alive(&marker) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("processes of a dropped phase are still alive");
     }
 }
