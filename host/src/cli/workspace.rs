@@ -211,7 +211,10 @@ pub fn run_cmd(a: RunArgs) -> CliResult {
     if let Some(r) = &renderer {
         r.finish();
     }
-    let summary = summary.map_err(|e| run_error(e, &cancel, &a.dir))?;
+    let summary = summary.map_err(|e| {
+        let again = format!("evolve run {}", a.dir.display());
+        stopped_error(e, &cancel, &a.dir, &again)
+    })?;
     if a.json {
         print_json(&serde_json::to_value(&summary).unwrap_or(Value::Null));
     } else {
@@ -260,8 +263,14 @@ pub fn run_cmd(a: RunArgs) -> CliResult {
     })
 }
 
-/// A stopped run says how to resume and exits 130 (the shell's code for SIGINT).
-fn run_error(e: lifecycle::RunError, cancel: &crate::sandbox::Cancel, dir: &Path) -> CliError {
+/// A stopped run (or retry) says how to resume and exits 130 (the shell's code for
+/// SIGINT); `again` is the command that resumes it.
+fn stopped_error(
+    e: lifecycle::RunError,
+    cancel: &crate::sandbox::Cancel,
+    dir: &Path,
+    again: &str,
+) -> CliError {
     if !cancel.is_cancelled() {
         return e.into();
     }
@@ -270,8 +279,7 @@ fn run_error(e: lifecycle::RunError, cancel: &crate::sandbox::Cancel, dir: &Path
         ..CliError::usage(e.what).at(dir.display().to_string())
     }
     .hint(format!(
-        "nothing is half-written; `evolve run {}` resumes where it stopped",
-        dir.display()
+        "nothing is half-written; `{again}` resumes where it stopped"
     ))
 }
 
@@ -351,7 +359,13 @@ fn audit(ws: &Workspace) -> evolve_archive::Report {
 
 /// Raw archive events (for display only; certification comes from the audit).
 pub(crate) fn raw_events(ws: &Workspace) -> Vec<Value> {
-    std::fs::read(ws.paths.archive())
+    raw_events_at(&ws.paths.archive())
+}
+
+/// The archive file at `path` as JSON lines (unparsable lines skipped: the audit reports
+/// them).
+pub(crate) fn raw_events_at(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read(path)
         .map(|b| {
             b.split(|c| *c == b'\n')
                 .filter_map(|l| serde_json::from_slice(l).ok())
@@ -360,27 +374,12 @@ pub(crate) fn raw_events(ws: &Workspace) -> Vec<Value> {
         .unwrap_or_default()
 }
 
-fn status_of(row: &evolve_archive::Row) -> String {
-    if row.pending_gate && row.status.as_deref() == Some("benchmark_complete") {
-        return "pending_gate".into();
-    }
-    match (
-        row.status.as_deref(),
-        row.evaluation.is_some(),
-        row.commit.is_some(),
-    ) {
-        (Some(s), _, _) => s.to_string(),
-        (None, false, true) => "committed".into(),
-        _ => "pending".into(),
-    }
-}
-
 pub fn status_cmd(a: DirArgs) -> CliResult {
     let ws = Workspace::open(&a.dir)?;
     let report = audit(&ws);
     let mut counts = std::collections::BTreeMap::<String, u32>::new();
     for r in &report.rows {
-        *counts.entry(status_of(r)).or_default() += 1;
+        *counts.entry(r.display_status()).or_default() += 1;
     }
     let spent: f64 = report.rows.iter().map(|r| r.cost_usd).sum();
     let generations = report
@@ -448,7 +447,7 @@ pub fn log_cmd(a: DirArgs) -> CliResult {
         .iter()
         .map(|r| {
             json!({
-                "genid": r.genid, "parent": r.parent, "status": status_of(r), "score": r.score(),
+                "genid": r.genid, "parent": r.parent, "status": r.display_status(), "score": r.score(),
                 "verdict": r.verdict, "changed_paths": changes.get(&r.genid).copied().unwrap_or(0),
                 "eligible": report.eligibility.iter().any(|e| e.genid == r.genid && e.eligible),
                 "champion": report.champion.as_ref().is_some_and(|c| c.genid == r.genid),
@@ -540,7 +539,7 @@ pub fn show_cmd(a: GenArgs) -> CliResult {
     );
     println!(
         "  status: {}  score: {}  verdict: {}",
-        status_of(row),
+        row.display_status(),
         lifecycle::fmt_score(row.score()),
         row.verdict.as_deref().unwrap_or("-")
     );
@@ -662,10 +661,17 @@ pub fn retry_cmd(a: GenArgs) -> CliResult {
     let fuel = ws.recipe.operators.values().any(|b| b.fuel.is_some());
     let sb = sandbox_for(fuel)?;
     let verbose = !a.json;
-    let outcome = runtime()?.block_on(async {
-        let driver = Driver::open(ws, sb, verbose).await?;
-        driver.retry(&a.genid).await
-    })?;
+    let cancel = sb.cancel_token();
+    let outcome = runtime()?
+        .block_on(async {
+            let _watch = super::progress::watch(cancel.clone());
+            let driver = Driver::open(ws, sb, verbose).await?;
+            driver.retry(&a.genid).await
+        })
+        .map_err(|e| {
+            let again = format!("evolve retry {} -w {}", a.genid, a.workspace.display());
+            stopped_error(e, &cancel, &a.workspace, &again)
+        })?;
     if a.json {
         print_json(&json!({"genid": a.genid, "outcome": outcome}));
     } else {
