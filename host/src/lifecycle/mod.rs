@@ -365,10 +365,6 @@ impl Driver {
         let mut status = "complete".to_string();
         'generations: for generation in 1..=max_gen {
             self.check_cancelled(&format!("generation {generation}"))?;
-            self.progress.emit(progress::Event::GenerationStarted {
-                generation,
-                of: max_gen,
-            });
             let genids: Vec<String> = (0..children)
                 .map(|i| genid(generation, i, children))
                 .collect();
@@ -382,6 +378,13 @@ impl Driver {
                     child::Next::Resume(step) => resumes.push((g.clone(), step)),
                 }
             }
+            if fresh.is_empty() && resumes.is_empty() {
+                continue; // finished by an earlier run: nothing to show or do
+            }
+            self.progress.emit(progress::Event::GenerationStarted {
+                generation,
+                of: max_gen,
+            });
             for (g, step) in resumes {
                 self.resume(&g, step).await?;
             }
