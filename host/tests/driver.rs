@@ -223,6 +223,11 @@ fn an_honest_revision_is_stamped_on_the_next_generation_and_runs_it() {
     assert_eq!(select_digests(&e).last().unwrap(), &(4, revised.clone()));
     assert_eq!(loaded("4"), component);
     verify_ok(&e);
+    // The evidence bundle carries the revisions: `verify --bundle` re-checks each
+    // revision and each generation's stamped digest against gen/0's recipe.
+    e.run_ok(&["export", "evidence", "-w", "ws"]);
+    let v = e.json(&["verify", "--bundle", "evidence", "--json"]);
+    assert_eq!(v["ok"], json!(true), "{v:#}");
 
     // A frozen component altered on disk is caught by verify and refused at load.
     let frozen =

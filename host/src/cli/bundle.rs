@@ -339,6 +339,16 @@ impl Opened {
         })
     }
 
+    /// The agent driver's recipe audit (see `verify_recipes`), without the frozen
+    /// components, which a bundle does not carry.
+    pub(crate) fn recipe_findings(&self) -> Vec<String> {
+        let Some(genesis) = self.store.tag_target(&layout::tag_name("0")).ok().flatten() else {
+            return vec!["the repository has no gen/0 tag".into()];
+        };
+        let events = super::workspace::raw_events_at(&self.dir.join(ARCHIVE));
+        crate::lifecycle::agent_driver::verify_recipes_in(&self.store, genesis, None, &events)
+    }
+
     pub(crate) fn evidence(&self) -> Evidence<'_> {
         Evidence {
             archive: self.dir.join(ARCHIVE),

@@ -159,7 +159,8 @@ pub fn verify_cmd(a: VerifyArgs) -> CliResult {
 fn verify_bundle(dir: &Path, json_out: bool) -> CliResult {
     let opened = bundle::Opened::open(dir)?;
     let evidence = opened.evidence();
-    let (report, extra) = evidence.verify();
+    let (report, mut extra) = evidence.verify();
+    extra.extend(opened.recipe_findings());
     Ok(print_verdict(&report, &extra, &opened.findings, json_out))
 }
 

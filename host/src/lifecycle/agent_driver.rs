@@ -22,7 +22,7 @@ mod audit;
 mod feedback;
 mod revision;
 
-pub use audit::{recipe_digests, verify_recipes};
+pub use audit::{recipe_digests, verify_recipes, verify_recipes_in};
 
 use super::evaluate::EvalRequest;
 use super::stages::write_json;
@@ -289,9 +289,17 @@ impl RecipeState {
 
 /// gen/0's normalized recipe, read from its commit (never the working tree).
 pub(crate) fn genesis_recipe(ws: &Workspace) -> Result<Value> {
-    let bytes = ws
-        .store
-        .read_blob(ws.genesis, layout::RECIPE_FILE, 1 << 20)
+    genesis_recipe_in(&ws.store, ws.genesis)
+}
+
+/// gen/0's recipe, normalized and canonical, from the commit `genesis` in `store` (a
+/// workspace's repository or an evidence bundle's).
+pub(crate) fn genesis_recipe_in(
+    store: &evolve_snapshot::Store,
+    genesis: evolve_snapshot::Oid,
+) -> Result<Value> {
+    let bytes = store
+        .read_blob(genesis, layout::RECIPE_FILE, 1 << 20)
         .map_err(|e| RunError::new(format!("cannot read gen/0's recipe: {e}")))?
         .ok_or_else(|| RunError::new("gen/0 has no recipe.yaml"))?;
     let checked = recipe::check_shape(&String::from_utf8_lossy(&bytes));
@@ -372,7 +380,13 @@ fn rebound_json(rebound: &BTreeMap<String, Rebinding>) -> Value {
 
 /// Where a recipe's rebound components are frozen (host-only, like the archive).
 pub(crate) fn frozen_dir(ws: &Workspace, sha256: &str) -> PathBuf {
-    ws.paths.state().join("recipes").join(sha256)
+    frozen_root(ws).join(sha256)
+}
+
+/// Where the components of every accepted revision's rebound stages are frozen, one
+/// directory per recipe digest.
+pub(crate) fn frozen_root(ws: &Workspace) -> PathBuf {
+    ws.paths.state().join("recipes")
 }
 
 /// Make `entry` the recipe `stages` run: its bindings, and its rebound components frozen

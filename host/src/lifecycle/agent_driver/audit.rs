@@ -3,10 +3,12 @@
 //! the fixed recipe keys and its frozen components.
 
 use super::revision::{FIXED_KEYS, first_difference};
-use super::{DRIVER_EVENT, frozen_dir, genesis_recipe};
+use super::{DRIVER_EVENT, frozen_root, genesis_recipe, genesis_recipe_in};
 use crate::workspace::{Workspace, layout};
+use evolve_snapshot::{Oid, Store};
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::path::Path;
 
 /// The recipe SHA-256 each generation ran under: gen/0's recipe for generation 0, and
 /// the digest stamped on each generation's `select` event. `events` are archive lines.
@@ -31,7 +33,20 @@ pub fn recipe_digests(ws: &Workspace, events: &[Value]) -> BTreeMap<u64, String>
 /// hashes to its digest and keeps gen/0's fixed keys, and its frozen components (when
 /// present) have the archived digests.
 pub fn verify_recipes(ws: &Workspace, events: &[Value]) -> Vec<String> {
-    let genesis = match genesis_recipe(ws) {
+    let frozen = frozen_root(ws);
+    verify_recipes_in(&ws.store, ws.genesis, Some(&frozen), events)
+}
+
+/// [`verify_recipes`] on any evidence: the repository `store` holding gen/0's commit
+/// `genesis`, and the directory of frozen rebound components when there is one (an
+/// evidence bundle has none; the digests it archives are then checked no further).
+pub fn verify_recipes_in(
+    store: &Store,
+    genesis: Oid,
+    frozen: Option<&Path>,
+    events: &[Value],
+) -> Vec<String> {
+    let genesis = match genesis_recipe_in(store, genesis) {
         Ok(g) => g,
         Err(e) => return vec![e.what],
     };
@@ -59,7 +74,7 @@ pub fn verify_recipes(ws: &Workspace, events: &[Value]) -> Vec<String> {
                     ));
                 }
                 if body["accepted"] == Value::Bool(true) {
-                    findings.extend(check_accepted(ws, &genesis, body, line));
+                    findings.extend(check_accepted(frozen, &genesis, body, line));
                     if let Some(sha) = body["recipe_sha256"].as_str() {
                         active = sha.to_string();
                     }
@@ -75,7 +90,7 @@ pub fn verify_recipes(ws: &Workspace, events: &[Value]) -> Vec<String> {
     findings
 }
 
-fn check_accepted(ws: &Workspace, genesis: &Value, body: &Value, line: u64) -> Vec<String> {
+fn check_accepted(frozen: Option<&Path>, genesis: &Value, body: &Value, line: u64) -> Vec<String> {
     let mut out = Vec::new();
     let sha = body["recipe_sha256"].as_str().unwrap_or("");
     let recomputed = evolve_archive::canonical_sha256(&body["recipe"]);
@@ -91,7 +106,9 @@ fn check_accepted(ws: &Workspace, genesis: &Value, body: &Value, line: u64) -> V
             ));
         }
     }
-    let dir = frozen_dir(ws, sha);
+    let Some(dir) = frozen.map(|f| f.join(sha)) else {
+        return out;
+    };
     for (stage, r) in body["rebound"].as_object().into_iter().flatten() {
         let path = dir.join(layout::component_path(stage));
         let Ok(bytes) = std::fs::read(&path) else {
