@@ -36,7 +36,11 @@ impl Grants {
     /// `/target` (read-write for mutate only), `/operators` only when the surface
     /// includes it (read-write for mutate only), `/scratch` read-write, and for mutate
     /// `/feedback` read-only. Nothing else.
+    /// The agent driver sees no candidate at all (its feedback is data): scratch only.
     pub fn for_stage(stage: Stage, req: &GrantRequest<'_>) -> Grants {
+        if stage == Stage::Driver {
+            return Grants::scratch_only(req.scratch);
+        }
         let mutate = stage == Stage::Mutate;
         let mut preopens = vec![Preopen {
             host: req.checkout.join("target"),
@@ -147,5 +151,11 @@ mod tests {
                 ("/scratch".into(), "/w/s".into(), true),
             ]
         );
+    }
+
+    #[test]
+    fn the_driver_sees_no_candidate_tree() {
+        let d = Grants::for_stage(Stage::Driver, &req(true, Some(Path::new("/w/fb"))));
+        assert_eq!(d.describe(), vec![("/scratch".into(), "/w/s".into(), true)]);
     }
 }
