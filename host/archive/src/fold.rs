@@ -327,6 +327,24 @@ impl Row {
         self.evaluation.as_ref().and_then(Evaluation::score)
     }
 
+    /// The status a reader is shown: the archived status, except `pending_gate` for an
+    /// evaluated row the gate has not decided yet, `committed` for a committed row with
+    /// neither, and `pending` before that.
+    pub fn display_status(&self) -> String {
+        if self.pending_gate && self.status.as_deref() == Some("benchmark_complete") {
+            return "pending_gate".into();
+        }
+        match (
+            self.status.as_deref(),
+            self.evaluation.is_some(),
+            self.commit.is_some(),
+        ) {
+            (Some(s), _, _) => s.to_string(),
+            (None, false, true) => "committed".into(),
+            _ => "pending".into(),
+        }
+    }
+
     /// A `cancelled` status says only that the user stopped the run during a stage of this
     /// attempt; the attempt's next certified step (its resume) supersedes it, and the row
     /// reads as it did before the cancellation.

@@ -172,28 +172,12 @@ fn complete_events(archive: &Path) -> Vec<Value> {
         .collect()
 }
 
-/// The status label `evolve log` and `evolve status` print for a row.
-pub fn status_of(row: &Row) -> String {
-    if row.pending_gate && row.status.as_deref() == Some("benchmark_complete") {
-        return "pending_gate".into();
-    }
-    match (
-        row.status.as_deref(),
-        row.evaluation.is_some(),
-        row.commit.is_some(),
-    ) {
-        (Some(s), _, _) => s.to_string(),
-        (None, false, true) => "committed".into(),
-        _ => "pending".into(),
-    }
-}
-
 /// How the tree draws a row: `kept` (evaluated, gate kept it), `discarded` (evaluated, gate
 /// discarded it), `failed` (its evaluation did not complete), `rejected` (stopped before any
 /// evaluation: no proposal, surface, validation, novelty, operator failure, budget) or
 /// `pending` (committed or evaluated, not yet gated).
 pub fn class_of(row: &Row) -> &'static str {
-    match status_of(row).as_str() {
+    match row.display_status().as_str() {
         "pending_gate" | "committed" | "pending" => "pending",
         "benchmark_complete" => match row.verdict.as_deref() {
             Some("keep") => "kept",
@@ -228,7 +212,7 @@ pub fn status(ws: &Workspace, audit: &Audit) -> Value {
     let mut by_status = BTreeMap::<String, u32>::new();
     let mut by_class = BTreeMap::<&str, u32>::new();
     for r in rows {
-        *by_status.entry(status_of(r)).or_default() += 1;
+        *by_status.entry(r.display_status()).or_default() += 1;
         *by_class.entry(class_of(r)).or_default() += 1;
     }
     let spent: f64 = rows.iter().map(|r| r.cost_usd).sum();
@@ -314,7 +298,7 @@ pub fn generations(audit: &Audit) -> Value {
                 "genid": r.genid,
                 "generation": genid_generation(&r.genid),
                 "parent": r.parent,
-                "status": status_of(r),
+                "status": r.display_status(),
                 "class": class_of(r),
                 "score": r.score(),
                 "verdict": r.verdict,
@@ -356,7 +340,7 @@ pub fn generation(ws: &Workspace, audit: &Audit, genid: &str) -> Result<Value, A
         "genid": row.genid,
         "generation": genid_generation(&row.genid),
         "parent": row.parent,
-        "status": status_of(row),
+        "status": row.display_status(),
         "class": class_of(row),
         "score": row.score(),
         "verdict": row.verdict,
