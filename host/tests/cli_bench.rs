@@ -83,9 +83,16 @@ fn bench_json_has_every_measurement() {
 
     let g = &r["generation"];
     assert_eq!(g["generations"], 1);
-    for k in ["total", "operators", "framework"] {
+    for k in ["total", "operators", "framework", "fdatasync"] {
         stat_ok(&g[k], k);
     }
+    // A select event and the child's outcome, at least.
+    assert!(
+        g["archive_events_per_generation"]
+            .as_f64()
+            .is_some_and(|c| c >= 2.0),
+        "{g}"
+    );
     assert!(
         g["operator_calls_per_generation"]
             .as_f64()

@@ -62,6 +62,12 @@ pub struct Generations {
     /// The rest: the framework's own overhead per generation.
     pub framework: Stat,
     pub generations_per_second: f64,
+    /// Archive events appended per generation; each costs two `fdatasync`s (the line,
+    /// then its receipt), which the framework time includes.
+    pub archive_events_per_generation: f64,
+    /// One small append + `fdatasync` on the work directory's disk: what each of those
+    /// syncs waits for.
+    pub fdatasync: Stat,
 }
 
 /// Run `count` generations in the workspace at `ws` (already initialized, genesis not
@@ -87,6 +93,8 @@ pub fn measure(
             .map_err(|e| format!("generation {g} failed: {e}"))
     };
     run_to(0)?;
+    let archive = ws.join(".evolve").join("archive.jsonl");
+    let lines_before = count_lines(&archive);
     let (mut total, mut ops, mut rest) = (Vec::new(), Vec::new(), Vec::new());
     let calls_before = sb.call_tally().0;
     let started = Instant::now();
@@ -102,6 +110,7 @@ pub fn measure(
     }
     let elapsed = started.elapsed();
     let n = count.max(1);
+    let appended = count_lines(&archive).saturating_sub(lines_before);
     let stat = |v: Vec<Duration>| Stat::of(v).ok_or("no generation was measured");
     Ok(Generations {
         generations: n,
@@ -110,5 +119,29 @@ pub fn measure(
         operators: stat(ops)?,
         framework: stat(rest)?,
         generations_per_second: f64::from(n) / elapsed.as_secs_f64().max(1e-9),
+        archive_events_per_generation: appended as f64 / f64::from(n),
+        fdatasync: fdatasync_latency(ws, 30)?,
     })
+}
+
+fn count_lines(path: &Path) -> usize {
+    std::fs::read(path).map_or(0, |b| b.iter().filter(|c| **c == b'\n').count())
+}
+
+/// `n` appends of one archive-sized line, each followed by `fdatasync`, in a file beside
+/// the workspace (so on the same disk).
+fn fdatasync_latency(ws: &Path, n: usize) -> Result<Stat, String> {
+    use std::io::Write;
+    let path = ws.with_extension("sync-probe");
+    let mut f = std::fs::File::create(&path)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    let line = [b'x'; 511];
+    let stat = super::stats::time(n, |_| {
+        f.write_all(&line)
+            .and_then(|_| f.write_all(b"\n"))
+            .and_then(|_| f.sync_data())
+    })
+    .map_err(|e| format!("cannot sync {}: {e}", path.display()));
+    let _ = std::fs::remove_file(&path);
+    stat
 }
