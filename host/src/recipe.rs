@@ -8,8 +8,7 @@
 
 use crate::builtin;
 use crate::sandbox::{
-    self, Capabilities, Grants, Limits, LoadedOperator, Sandbox, StageInput, StageOutput,
-    parse_stage, stage_name, types::Stage,
+    self, LoadedOperator, Sandbox, StageInput, StageOutput, parse_stage, stage_name, types::Stage,
 };
 use evolve_config_schema::{
     Fields, Schema, Violation, array, boolean, integer, json, number, object, string,
@@ -535,20 +534,10 @@ async fn check_script(
     let config = Value::Object(config.clone()).to_string();
     let mut input = crate::cli::samples::input(op.stage, &config);
     stages::attach_script(&mut input, Some(script));
-    let scratch = tempfile::tempdir().map_err(|e| format!("no scratch directory: {e}"))?;
-    let limits = Limits {
-        timeout: Duration::from_secs(10),
-        ..Limits::default()
-    };
     let report = sb
-        .call(
-            op,
-            &Grants::scratch_only(scratch.path()),
-            &limits,
-            Capabilities::default(),
-            input,
-        )
-        .await;
+        .call_bare(op, input, Duration::from_secs(10))
+        .await
+        .map_err(|e| format!("no scratch directory: {e}"))?;
     match report.outcome {
         Err(sandbox::OperatorFailure::Reported(m)) if stages::is_script_defect(&m) => Err(m),
         _ => Ok(()),
@@ -560,21 +549,11 @@ pub(crate) async fn normalize_with(
     op: &LoadedOperator,
     config: &Value,
 ) -> Result<Map<String, Value>, Vec<Violation>> {
-    let scratch = tempfile::tempdir()
-        .map_err(|e| vec![Violation::new("", format!("no scratch directory: {e}"))])?;
-    let limits = Limits {
-        timeout: Duration::from_secs(10),
-        ..Limits::default()
-    };
+    let input = StageInput::NormalizeConfig(config.to_string());
     let report = sb
-        .call(
-            op,
-            &Grants::scratch_only(scratch.path()),
-            &limits,
-            Capabilities::default(),
-            StageInput::NormalizeConfig(config.to_string()),
-        )
-        .await;
+        .call_bare(op, input, Duration::from_secs(10))
+        .await
+        .map_err(|e| vec![Violation::new("", format!("no scratch directory: {e}"))])?;
     match report.outcome {
         Ok(StageOutput::NormalizedConfig(Ok(map))) => Ok(map),
         Ok(StageOutput::NormalizedConfig(Err(found))) => Err(found

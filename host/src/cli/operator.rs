@@ -165,20 +165,9 @@ fn meta_call(
     op: &LoadedOperator,
     input: StageInput,
 ) -> Result<StageOutput, CliError> {
-    let scratch = tempfile::tempdir()
+    let report = runtime()?
+        .block_on(sb.call_bare(op, input, Duration::from_secs(10)))
         .map_err(|e| CliError::usage(format!("cannot create a scratch directory: {e}")))?;
-    let limits = Limits {
-        timeout: Duration::from_secs(10),
-        ..Limits::default()
-    };
-    let rt = runtime()?;
-    let report = rt.block_on(sb.call(
-        op,
-        &Grants::scratch_only(scratch.path()),
-        &limits,
-        Capabilities::default(),
-        input,
-    ));
     report.outcome.map_err(|f| CliError {
         code: 1,
         ..CliError::usage(f.to_string()).at(op.origin.clone())

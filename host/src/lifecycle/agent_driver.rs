@@ -126,21 +126,10 @@ async fn meta_call(
     op: &LoadedOperator,
     input: StageInput,
 ) -> Result<StageOutput> {
-    let scratch = tempfile::tempdir()
-        .map_err(|e| RunError::new(format!("cannot create a scratch directory: {e}")))?;
-    let limits = Limits {
-        timeout: std::time::Duration::from_secs(10),
-        ..Limits::default()
-    };
     let report = sandbox
-        .call(
-            op,
-            &Grants::scratch_only(scratch.path()),
-            &limits,
-            Capabilities::default(),
-            input,
-        )
-        .await;
+        .call_bare(op, input, std::time::Duration::from_secs(10))
+        .await
+        .map_err(|e| RunError::new(format!("cannot create a scratch directory: {e}")))?;
     report
         .outcome
         .map_err(|f| RunError::new(format!("--driver {}: {f} ({})", op.origin, f.kind())))

@@ -264,6 +264,26 @@ impl Sandbox {
         self.load_bytes(stage, &bytes, origin)
     }
 
+    /// One short call with nothing granted but a fresh scratch directory (removed after)
+    /// and no host capability: for meta calls and checks, which must not depend on any
+    /// candidate. The default limits, with a `timeout` deadline.
+    pub async fn call_bare(
+        &self,
+        op: &LoadedOperator,
+        input: StageInput,
+        timeout: Duration,
+    ) -> std::io::Result<CallReport> {
+        let scratch = tempfile::tempdir()?;
+        let limits = Limits {
+            timeout,
+            ..Limits::default()
+        };
+        let grants = Grants::scratch_only(scratch.path());
+        Ok(self
+            .call(op, &grants, &limits, Capabilities::default(), input)
+            .await)
+    }
+
     /// Run one call. Never panics on anything the operator does.
     pub async fn call(
         &self,
