@@ -1,9 +1,12 @@
 //! `evolve init` + `evolve run` end to end, with the real binary, real components and the
 //! local engine; and the boundaries a candidate must not cross.
 
+#[path = "support/chat.rs"]
+mod chat;
 #[path = "support/ws.rs"]
 mod ws;
 
+use chat::{chat_server, model_block};
 use serde_json::{Value, json};
 use std::os::unix::fs::PermissionsExt;
 use ws::{CANARY, Exp, Spec, text, wait_for};
@@ -608,52 +611,6 @@ fn the_offline_pipeline_with_every_stage_runs_and_verifies() {
     );
 }
 
-/// A scripted OpenAI-compatible chat server on 127.0.0.1 (a test double for a paid API):
-/// every answer is `content` with 1,000 prompt and 500 completion tokens.
-fn chat_server(content: &'static str) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    use std::io::{Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/v1", listener.local_addr().unwrap());
-    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counter = calls.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let mut stream = stream;
-            let mut buf = Vec::new();
-            let mut chunk = [0u8; 4096];
-            loop {
-                let n = stream.read(&mut chunk).unwrap_or(0);
-                if n == 0 {
-                    break;
-                }
-                buf.extend_from_slice(&chunk[..n]);
-                let text = String::from_utf8_lossy(&buf);
-                if let Some(end) = text.find("\r\n\r\n") {
-                    let len = text[..end]
-                        .lines()
-                        .find_map(|l| {
-                            l.to_ascii_lowercase()
-                                .strip_prefix("content-length:")
-                                .map(|v| v.trim().parse::<usize>().unwrap_or(0))
-                        })
-                        .unwrap_or(0);
-                    if buf.len() >= end + 4 + len {
-                        break;
-                    }
-                }
-            }
-            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let body = json!({"choices": [{"message": {"role": "assistant", "content": content}}], "usage": {"prompt_tokens": 1000, "completion_tokens": 500}}).to_string();
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
-    (url, calls)
-}
-
 #[test]
 fn model_calls_go_through_the_host_metered_logged_and_within_budget() {
     let (url, calls) = chat_server("0.6");
@@ -662,9 +619,7 @@ fn model_calls_go_through_the_host_metered_logged_and_within_budget() {
         generations: 3,
         budget_usd: 0.0035,
         mutate: json!({}),
-        model: Some(format!(
-            "{{endpoint: \"{url}\", model: test-model, api_key_env: EVOLVE_TEST_NO_KEY, prices: {{input_per_mtok_usd: 1, output_per_mtok_usd: 1}}}}"
-        )),
+        model: Some(model_block(&url)),
         ..Spec::default()
     });
     let recipe = std::fs::read_to_string(e.root().join("recipe.yaml")).unwrap();
