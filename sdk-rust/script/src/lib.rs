@@ -20,6 +20,7 @@ mod engine;
 mod error;
 mod grants;
 mod meter;
+pub mod world;
 
 pub use config::{
     DEFAULT_MAX_MEMORY_MIB, DEFAULT_MAX_OPERATIONS, Limits, schema, source_path_problem,

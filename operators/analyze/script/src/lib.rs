@@ -5,9 +5,9 @@
 //! (`scratch_write`): the analyze world imports `model` and nothing else. See
 //! docs/scripts.md.
 
-use evolve_operator_sdk::model::{self, ChatRequest, ChatResponse, ModelError};
 use evolve_operator_sdk::prelude::*;
 use evolve_script::Grants;
+use evolve_script::world::WorldModel;
 use std::rc::Rc;
 
 pub struct AnalyzeScript;
@@ -18,15 +18,6 @@ impl Operator for AnalyzeScript {
 
     fn config() -> SchemaBuilder {
         evolve_script::schema(&[])
-    }
-}
-
-/// The world's `model` import.
-struct WorldModel;
-
-impl evolve_script::Model for WorldModel {
-    fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, ModelError> {
-        model::chat(request)
     }
 }
 

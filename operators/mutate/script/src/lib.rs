@@ -9,9 +9,8 @@
 //! (`train_tasks`, `run_tasks`) and write to `/scratch` (`scratch_write`): what the
 //! mutate world and its preopens grant. See docs/scripts.md.
 
-use evolve_operator_sdk::model::{self, ChatRequest, ChatResponse, ModelError};
 use evolve_operator_sdk::prelude::*;
-use evolve_operator_sdk::tasks::{self, RunRequest, TasksError, TrialReport};
+use evolve_script::world::{WorldModel, WorldTasks};
 use evolve_script::{Grants, Tree};
 use std::path::Path;
 use std::rc::Rc;
@@ -24,28 +23,6 @@ impl Operator for MutateScript {
 
     fn config() -> SchemaBuilder {
         evolve_script::schema(&[])
-    }
-}
-
-/// The world's `model` import.
-struct WorldModel;
-
-impl evolve_script::Model for WorldModel {
-    fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, ModelError> {
-        model::chat(request)
-    }
-}
-
-/// The world's `tasks` import.
-struct WorldTasks;
-
-impl evolve_script::Tasks for WorldTasks {
-    fn train_tasks(&self) -> Vec<String> {
-        tasks::train_tasks()
-    }
-
-    fn run(&self, request: &RunRequest) -> Result<Vec<TrialReport>, TasksError> {
-        tasks::run(request)
     }
 }
 

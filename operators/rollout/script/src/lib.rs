@@ -6,8 +6,8 @@
 //! docs/scripts.md.
 
 use evolve_operator_sdk::prelude::*;
-use evolve_operator_sdk::tasks::{self, RunRequest, TasksError, TrialReport};
 use evolve_script::Grants;
+use evolve_script::world::WorldTasks;
 use std::rc::Rc;
 
 pub struct RolloutScript;
@@ -18,19 +18,6 @@ impl Operator for RolloutScript {
 
     fn config() -> SchemaBuilder {
         evolve_script::schema(&[])
-    }
-}
-
-/// The world's `tasks` import.
-struct WorldTasks;
-
-impl evolve_script::Tasks for WorldTasks {
-    fn train_tasks(&self) -> Vec<String> {
-        tasks::train_tasks()
-    }
-
-    fn run(&self, request: &RunRequest) -> Result<Vec<TrialReport>, TasksError> {
-        tasks::run(request)
     }
 }
 

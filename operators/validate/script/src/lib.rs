@@ -6,8 +6,8 @@
 //! (`scratch_write`): exactly what the validate world grants. See docs/scripts.md.
 
 use evolve_operator_sdk::prelude::*;
-use evolve_operator_sdk::tasks::{self, RunRequest, TasksError, TrialReport};
 use evolve_script::Grants;
+use evolve_script::world::WorldTasks;
 use std::rc::Rc;
 
 pub struct ValidateScript;
@@ -21,19 +21,6 @@ impl Operator for ValidateScript {
 
     fn config() -> SchemaBuilder {
         evolve_script::schema(BUILTINS)
-    }
-}
-
-/// The world's `tasks` import.
-struct WorldTasks;
-
-impl evolve_script::Tasks for WorldTasks {
-    fn train_tasks(&self) -> Vec<String> {
-        tasks::train_tasks()
-    }
-
-    fn run(&self, request: &RunRequest) -> Result<Vec<TrialReport>, TasksError> {
-        tasks::run(request)
     }
 }
 

@@ -3,6 +3,7 @@
 //! same verdicts, reasons, errors and artifacts.
 
 use super::*;
+use evolve_operator_sdk::tasks::{RunRequest, TasksError, TrialReport};
 use op_validate_minibatch_improvement::{MinibatchImprovement, validate_with};
 use std::path::Path;
 
