@@ -829,3 +829,58 @@ fn operator_run_reads_the_script_its_config_names() {
         "{result}"
     );
 }
+
+/// Reflect's script: one lesson per generation naming the archive's best score so far,
+/// and a credit to the previous lesson when there is one.
+const LESSONS: &str = "\
+fn reflect(ctx, archive, playbook) {\n\
+  let best = ();\n\
+  for row in archive.rows {\n\
+    if row.score != () && (best == () || row.score > best) { best = row.score; }\n\
+  }\n\
+  let ops = [#{op: \"add\", id: `lesson-${ctx.generation_id}`, text: `best so far ${best}`, data: #{seen: playbook.len()}}];\n\
+  if playbook.len() > 0 {\n\
+    ops.push(#{op: \"credit\", id: playbook[playbook.len() - 1].id, delta: 1.0, reason: \"still useful\"});\n\
+  }\n\
+  ops\n\
+}\n";
+
+#[test]
+fn a_reflect_script_keeps_the_playbook_across_generations() {
+    let e = Exp::new(&Spec {
+        generations: 2,
+        mutate: json!({"action": "climb"}),
+        ..Spec::default()
+    });
+    let source = "operators/reflect/lessons.rhai";
+    supply(&e, source, LESSONS);
+    bind_script(&e, "reflect", &script_binding(source, None));
+    e.init();
+    e.run_ok(&["run", "ws", "--quiet"]);
+
+    let events = e.events();
+    let playbook = events_of(&events, "playbook", None);
+    assert_eq!(playbook.len(), 2, "{playbook:#?}");
+    let first = &playbook[0]["body"]["ops"];
+    assert_eq!(first.as_array().map(Vec::len), Some(1), "{first}");
+    assert_eq!(first[0]["op"], "add", "{first}");
+    assert_eq!(first[0]["id"], "lesson-1", "{first}");
+    assert_eq!(first[0]["data"], json!({"seen": 0}), "{first}");
+    assert!(
+        first[0]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("best so far ")),
+        "{first}"
+    );
+    // Generation 2's script saw generation 1's lesson and credited it.
+    let second = &playbook[1]["body"]["ops"];
+    assert_eq!(second[0]["id"], "lesson-2", "{second}");
+    assert_eq!(second[0]["data"], json!({"seen": 1}), "{second}");
+    assert_eq!(second[1]["op"], "credit", "{second}");
+    assert_eq!(second[1]["id"], "lesson-1", "{second}");
+    assert_eq!(
+        result_json(&e, "2", "reflect")["script_sha256"],
+        sha256(LESSONS)
+    );
+    e.run_ok(&["verify", "ws"]);
+}
