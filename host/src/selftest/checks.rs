@@ -4,7 +4,7 @@
 //! checkout, scores what the archive says).
 
 use super::lab::{Lab, Trial, events};
-use crate::lifecycle::evaluate::{EvalRequest, evaluate};
+use crate::lifecycle::evaluate::{EvalError, EvalRequest, Evaluated, evaluate};
 use crate::workspace::Workspace;
 use serde_json::Value;
 
@@ -187,24 +187,8 @@ pub fn champion_reproduces(t: &Trial) -> Result<String, String> {
         .and_then(|e| e.candidate_commit())
         .and_then(|c| evolve_snapshot::Oid::from_str(c).ok())
         .ok_or_else(|| format!("champion gen {} has no certified commit", champ.genid))?;
-    let req = EvalRequest {
-        genid: format!("selftest-recheck-{}", champ.genid),
-        parent: None,
-        commit,
-        purpose: "candidate",
-        split: ws.primary_split(),
-        certified_attempts: Vec::new(),
-    };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start a runtime: {e}"))?;
-    let done = rt.block_on(async {
-        let engine = crate::lifecycle::make_engine(&ws.engine.engine)
-            .await
-            .map_err(|e| e.what)?;
-        evaluate(&ws, engine, &req).await.map_err(|e| e.to_string())
-    })?;
+    let genid = format!("selftest-recheck-{}", champ.genid);
+    let done = evaluate_outside_the_run(&ws, &genid, None, commit)?.map_err(|e| e.to_string())?;
     match done.score {
         Some(s) if done.outcome == "benchmark_complete" && (s - champ.score).abs() <= 1e-9 => {
             Ok(format!("champion gen {} re-evaluates to {s}", champ.genid))
@@ -235,4 +219,31 @@ pub fn champion_is(champion: &(String, f64), genid: &str) -> Result<(), String> 
         ));
     }
     Ok(())
+}
+
+/// Evaluate `commit` on the primary split with the workspace's own engine, as generation
+/// `genid` (a name no run uses), outside any run: the outer error is the host's, the
+/// inner one the evaluation's.
+pub fn evaluate_outside_the_run(
+    ws: &Workspace,
+    genid: &str,
+    parent: Option<&str>,
+    commit: evolve_snapshot::Oid,
+) -> Result<Result<Evaluated, EvalError>, String> {
+    let req = EvalRequest {
+        genid: genid.into(),
+        parent: parent.map(str::to_string),
+        commit,
+        purpose: "candidate",
+        split: ws.primary_split(),
+        certified_attempts: Vec::new(),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start a runtime: {e}"))?;
+    let engine = rt
+        .block_on(crate::lifecycle::make_engine(&ws.engine.engine))
+        .map_err(|e| e.what)?;
+    Ok(rt.block_on(evaluate(ws, engine, &req)))
 }

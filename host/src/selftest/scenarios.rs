@@ -8,7 +8,7 @@ use super::Rng;
 use super::checks::{self, champion_is, never_evaluated, settled, stopped};
 use super::compare::{first_difference, history};
 use super::lab::{self, GateSpec, Lab, Reference, Spec, Trial, events, task_name};
-use crate::lifecycle::evaluate::{EvalError, EvalRequest, evaluate};
+use crate::lifecycle::evaluate::EvalError;
 use crate::workspace::Workspace;
 use serde_json::{Value, json};
 use std::path::Path;
@@ -399,22 +399,7 @@ fn evaluator_change_refused(t: &Trial, verifier: &str) -> Result<(), String> {
             false,
         )
         .map_err(|e| e.to_string())?;
-    let req = EvalRequest {
-        genid: "selftest-tampered".into(),
-        parent: Some("0".into()),
-        commit,
-        purpose: "candidate",
-        split: ws.primary_split(),
-        certified_attempts: Vec::new(),
-    };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start a runtime: {e}"))?;
-    let engine = rt
-        .block_on(crate::lifecycle::make_engine(&ws.engine.engine))
-        .map_err(|e| e.what)?;
-    match rt.block_on(evaluate(&ws, engine, &req)) {
+    match checks::evaluate_outside_the_run(&ws, "selftest-tampered", Some("0"), commit)? {
         Err(EvalError::EvaluatorChanged { .. }) => Ok(()),
         Err(e) => Err(format!("the tampered commit failed otherwise: {e}")),
         Ok(done) => Err(format!(

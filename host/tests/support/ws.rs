@@ -204,32 +204,11 @@ impl Exp {
             .collect()
     }
 
-    /// Events as a comparable run history: timestamps, chain fields, durations, attempt
-    /// numbers and repair notes (which only a resumed run has) left out, and commit and
-    /// tree ids (two workspaces differ in their keys/ and so in every tree id; within one
-    /// workspace the ids follow from the parents and the edits, which are compared).
+    /// Events as a comparable run history (`evolve selftest`'s own comparison): chain
+    /// fields, timestamps, durations, attempt numbers, commit and tree ids and repair
+    /// notes left out.
     pub fn history(&self) -> Vec<Value> {
-        self.events()
-            .into_iter()
-            .filter(|e| e["type"] != "repair")
-            .map(|e| {
-                let mut body = e["body"].as_object().cloned().unwrap_or_default();
-                for k in [
-                    "timings",
-                    "attempt",
-                    "source_attempts",
-                    "experiment",
-                    "commit",
-                    "tree",
-                    "candidate_commit",
-                    "candidate_tree",
-                    "operator_from",
-                ] {
-                    body.remove(k);
-                }
-                json!({"type": e["type"], "genid": e["genid"], "body": body})
-            })
-            .collect()
+        evolve::selftest::compare::history(&self.events())
     }
 
     pub fn log(&self) -> Vec<Value> {
