@@ -96,7 +96,7 @@ fn scaffolded_crates_build_and_pass_their_tests() {
     let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("scaffold-target");
     for stage in [
         "select", "rollout", "analyze", "mutate", "validate", "novelty", "gate", "record",
-        "reflect",
+        "reflect", "driver",
     ] {
         let name = format!("my_{stage}");
         let crate_dir = dir.path().join(&name);

@@ -1,7 +1,7 @@
 //! `evolve operator new` and the cargo invocation behind `evolve operator build`.
 
 use super::CliError;
-use crate::sandbox::parse_stage;
+use crate::sandbox::parse_world;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
@@ -24,9 +24,9 @@ pub fn new_operator(
     dir: Option<PathBuf>,
     json_out: bool,
 ) -> Result<ExitCode, CliError> {
-    parse_stage(stage_text).ok_or_else(|| {
+    parse_world(stage_text).ok_or_else(|| {
         CliError::usage(format!("unknown stage `{stage_text}`")).hint(
-            "stages: select, rollout, analyze, mutate, validate, novelty, gate, record, reflect",
+            "stages: select, rollout, analyze, mutate, validate, novelty, gate, record, reflect (and driver)",
         )
     })?;
     let valid_name = !name.is_empty()
@@ -198,6 +198,17 @@ fn stage_body(stage: &str) -> (&'static str, &'static str, &'static str) {
              notes.insert(\"note\".into(), json!(format!(\"generation {}\", child.generation_id)));\n        \
              Ok(notes)\n    }\n",
             "        let _ = &ctx;\n",
+        ),
+        "driver" => (
+            "Driver",
+            "    fn revise(_ctx: &Context, feedback: &DriverFeedback) -> Result<Option<Revision>, String> {\n        \
+             // Called before each generation after the first (`evolve run --driver`): return a\n        \
+             // revision of `operators` (docs/driver.md) to rebind stages, or None to keep the recipe.\n        \
+             if feedback.champion.is_some() {\n            return Ok(None);\n        }\n        \
+             let recipe = json!({\"operators\": {\"select\": {\"operator\": \"greedy\"}}});\n        \
+             Ok(Some(Revision { recipe: recipe.to_string(), reason: \"no champion yet: select greedily\".into() }))\n    }\n",
+            "        let feedback = DriverFeedback { generation: 1, generations: vec![], champion: Some(\"0\".into()), active_bindings: \"{}\".into(), active_recipe_sha256: String::new() };\n        \
+             assert!(TYPE::revise(&ctx, &feedback).unwrap().is_none());\n",
         ),
         _ => (
             "Reflect",
