@@ -3,6 +3,8 @@
 //! best), validate/rrsi_screen, gate/rrsi against the parent, record/rrsi_component.
 //! Every gate decision is checked against the floor recomputed from the archive.
 
+#[path = "support/chat.rs"]
+mod chat;
 #[path = "support/ws.rs"]
 mod ws;
 
@@ -122,4 +124,54 @@ fn the_rrsi_gate_keeps_and_discards_by_the_historical_best_floor() {
         "no child beat its parent and still fell below the floor"
     );
     assert_eq!(records, gated, "record runs once after every gate");
+}
+
+/// The shipped `rrsi` recipe as a user runs it (`init --recipe rrsi`), with the model
+/// a scripted stand-in on 127.0.0.1 that answers with one edit block writing the true
+/// parameters: the screen admits the one-file edit, the gate keeps the child above the
+/// floor, record tags it, and the model call is metered.
+#[test]
+fn the_shipped_rrsi_recipe_runs_against_a_chat_server() {
+    let (url, calls) = chat::chat_server(
+        "The line is too flat; the skill's parameters change.\n\n\
+<<<<<<< WRITE target/params.json\n{\"slope\": 2.0, \"intercept\": 3.0}\n>>>>>>> END\n",
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_evolve"))
+            .args(args)
+            .env("EVOLVE_KEY_DIR", tmp.path().join("keys"))
+            .env("EVOLVE_CACHE_DIR", ws::cache_dir())
+            .env("EVOLVE_MODEL_ENDPOINT", &url)
+            .env("EVOLVE_MODEL", "stand-in")
+            .env_remove("OPENAI_API_KEY")
+            .current_dir(tmp.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "evolve {args:?}: {}", text(&out));
+    };
+    run(&["init", "ws", "--recipe", "rrsi"]);
+    run(&["run", "ws", "--max-generations", "1", "--quiet"]);
+    run(&["verify", "ws"]);
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let events = events(tmp.path());
+    let of = |t: &str| {
+        events
+            .iter()
+            .find(|e| e["type"] == t && e["genid"] == "1")
+            .unwrap_or_else(|| panic!("gen 1 has no {t} event"))
+    };
+    assert_eq!(of("evaluation")["body"]["score"], 1.0);
+    let gate = &of("gate")["body"];
+    assert_eq!(gate["verdict"], "keep", "{gate}");
+    let generation = &of("generation")["body"];
+    assert!(
+        generation["cost_usd"].as_f64().is_some_and(|c| c > 0.0),
+        "the model call was metered: {generation}"
+    );
+    let record = &of("record")["body"];
+    assert!(
+        record.to_string().contains("x_rrsi_components"),
+        "record tagged the child: {record}"
+    );
 }
