@@ -677,20 +677,7 @@ fn the_gepa_recipe_runs_a_generation_end_to_end_against_a_chat_server() {
         "The failures say the line is too flat.\n```json\n{\"slope\": 2.0, \"intercept\": 3.0}\n```\n",
     );
     let tmp = tempfile::tempdir().unwrap();
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_evolve"))
-            .args(args)
-            .env("EVOLVE_KEY_DIR", tmp.path().join("keys"))
-            .env("EVOLVE_CACHE_DIR", ws::cache_dir())
-            .env("EVOLVE_MODEL_ENDPOINT", &url)
-            .env("EVOLVE_MODEL", "stand-in")
-            .env_remove("OPENAI_API_KEY")
-            .current_dir(tmp.path())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "evolve {args:?}: {}", text(&out));
-        out
-    };
+    let run = |args: &[&str]| chat::evolve_with_model(tmp.path(), &url, args);
     run(&["init", "ws", "--recipe", "gepa"]);
     run(&["run", "ws", "--max-generations", "1", "--quiet"]);
     run(&["verify", "ws"]);

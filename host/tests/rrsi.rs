@@ -137,19 +137,7 @@ fn the_shipped_rrsi_recipe_runs_against_a_chat_server() {
 <<<<<<< WRITE target/params.json\n{\"slope\": 2.0, \"intercept\": 3.0}\n>>>>>>> END\n",
     );
     let tmp = tempfile::tempdir().unwrap();
-    let run = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_evolve"))
-            .args(args)
-            .env("EVOLVE_KEY_DIR", tmp.path().join("keys"))
-            .env("EVOLVE_CACHE_DIR", ws::cache_dir())
-            .env("EVOLVE_MODEL_ENDPOINT", &url)
-            .env("EVOLVE_MODEL", "stand-in")
-            .env_remove("OPENAI_API_KEY")
-            .current_dir(tmp.path())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "evolve {args:?}: {}", text(&out));
-    };
+    let run = |args: &[&str]| chat::evolve_with_model(tmp.path(), &url, args);
     run(&["init", "ws", "--recipe", "rrsi"]);
     run(&["run", "ws", "--max-generations", "1", "--quiet"]);
     run(&["verify", "ws"]);
