@@ -84,3 +84,14 @@ mod tests {
         assert_eq!(ids, ["0", "4"]);
     }
 }
+
+/// A proposal's usage is what its model calls cost, as the host metered them.
+impl From<&crate::model::ChatResponse> for crate::types::Usage {
+    fn from(r: &crate::model::ChatResponse) -> Self {
+        crate::types::Usage {
+            input_tokens: r.input_tokens,
+            output_tokens: r.output_tokens,
+            usd: r.usd,
+        }
+    }
+}

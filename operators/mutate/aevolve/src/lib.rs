@@ -601,11 +601,7 @@ pub fn evolve(
     Ok(Proposal {
         changed,
         notes,
-        usage: Usage {
-            input_tokens: response.input_tokens,
-            output_tokens: response.output_tokens,
-            usd: response.usd,
-        },
+        usage: Usage::from(&response),
     })
 }
 

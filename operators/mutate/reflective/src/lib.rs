@@ -357,11 +357,7 @@ pub fn reflect(
             ),
             format!("why: {why}"),
         ],
-        usage: Usage {
-            input_tokens: response.input_tokens,
-            output_tokens: response.output_tokens,
-            usd: response.usd,
-        },
+        usage: Usage::from(&response),
     })
 }
 

@@ -209,11 +209,7 @@ pub fn mutate_with(
     Ok(Proposal {
         changed,
         notes,
-        usage: Usage {
-            input_tokens: answer.input_tokens,
-            output_tokens: answer.output_tokens,
-            usd: answer.usd,
-        },
+        usage: Usage::from(&answer),
     })
 }
 
