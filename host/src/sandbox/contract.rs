@@ -82,24 +82,24 @@ pub fn stage_name(stage: Stage) -> &'static str {
     }
 }
 
-pub const ALL_STAGES: [Stage; 9] = [
-    Stage::Select,
-    Stage::Rollout,
-    Stage::Analyze,
-    Stage::Mutate,
-    Stage::Validate,
-    Stage::Novelty,
-    Stage::Gate,
-    Stage::Record,
-    Stage::Reflect,
-];
+/// The lifecycle stages a recipe binds, in lifecycle order: every world but the driver.
+pub const ALL_STAGES: [Stage; 9] = {
+    let mut stages = [Stage::Select; 9];
+    let mut i = 0;
+    while i < stages.len() {
+        stages[i] = ALL_WORLDS[i];
+        i += 1;
+    }
+    stages
+};
 
 pub fn parse_stage(name: &str) -> Option<Stage> {
     ALL_STAGES.into_iter().find(|s| stage_name(*s) == name)
 }
 
-/// Every world a component may export: the lifecycle stages plus the agent driver,
-/// which no recipe binds (`evolve run --driver`, docs/driver.md).
+/// Every world a component may export: the lifecycle stages plus, last (so that
+/// [`ALL_STAGES`] is its prefix), the agent driver, which no recipe binds (`evolve run
+/// --driver`, docs/driver.md).
 pub const ALL_WORLDS: [Stage; 10] = [
     Stage::Select,
     Stage::Rollout,
@@ -112,6 +112,8 @@ pub const ALL_WORLDS: [Stage; 10] = [
     Stage::Reflect,
     Stage::Driver,
 ];
+
+const _: () = assert!(matches!(ALL_WORLDS[ALL_WORLDS.len() - 1], Stage::Driver));
 
 /// A lifecycle stage or `driver`, by name (for author tooling).
 pub fn parse_world(name: &str) -> Option<Stage> {
