@@ -63,6 +63,17 @@ pub mod testing {
     }
 }
 
+/// A proposal's usage is what its model calls cost, as the host metered them.
+impl From<&crate::model::ChatResponse> for crate::types::Usage {
+    fn from(r: &crate::model::ChatResponse) -> Self {
+        crate::types::Usage {
+            input_tokens: r.input_tokens,
+            output_tokens: r.output_tokens,
+            usd: r.usd,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::testing::{row, view};
@@ -82,16 +93,5 @@ mod tests {
             .map(|r| r.generation_id.as_str())
             .collect();
         assert_eq!(ids, ["0", "4"]);
-    }
-}
-
-/// A proposal's usage is what its model calls cost, as the host metered them.
-impl From<&crate::model::ChatResponse> for crate::types::Usage {
-    fn from(r: &crate::model::ChatResponse) -> Self {
-        crate::types::Usage {
-            input_tokens: r.input_tokens,
-            output_tokens: r.output_tokens,
-            usd: r.usd,
-        }
     }
 }
