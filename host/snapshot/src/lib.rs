@@ -30,9 +30,10 @@ use std::path::{Path, PathBuf};
 use git2::{ObjectType, Repository, RepositoryInitOptions, RepositoryOpenFlags, Signature};
 
 pub use error::Error;
-use error::git;
+use error::{git, io};
 /// Object ids are git's; re-exported so callers need not depend on `git2`.
 pub use git2::Oid;
+pub use materialize::Reconciled;
 pub use surface::{Surface, Violation};
 
 /// How deep directories may nest (in snapshots, materialized trees and diffs).
@@ -290,6 +291,51 @@ impl Store {
         let tree = self.commit_tree(commit)?;
         if let Some(records) = materialize::materialize(&self.repo, &self.cache, &tree, dest)? {
             self.stats.borrow_mut().insert(dest, records);
+        }
+        Ok(())
+    }
+
+    /// Turn the existing real directory `dir` into exactly `commit`'s tree,
+    /// as [`Store::materialize`] would have written it into an empty one,
+    /// at the cost of the differences rather than of the whole tree.
+    ///
+    /// Every name the tree does not hold is removed (whole directories, never
+    /// through a link); directories the tree holds are kept and set to 0755;
+    /// every other entry is rewritten from the object database unless it is
+    /// a regular file whose `lstat` matches, to the ns and the inode, what
+    /// this store recorded when it wrote that very blob there with the wanted
+    /// mode, and that has no other hard link. Those are exactly the files a
+    /// snapshot would take from its records unread (see `statcache.rs`), so
+    /// whatever was done to `dir` since (edits, renames, links, modes, files
+    /// added, a directory swapped for a link) is undone. Afterwards the store
+    /// holds records for `dir` as after `materialize`.
+    ///
+    /// Without records for `dir` (another process wrote it, or a filesystem
+    /// without trustworthy ctimes) every entry is rewritten, which is still
+    /// exact. Like `materialize`, this relies on nothing else writing to
+    /// `dir` while it runs. On error `dir` is left partly converted; remove
+    /// it (or `materialize` elsewhere).
+    pub fn reconcile(&self, commit: Oid, dir: &Path) -> Result<Reconciled, Error> {
+        let old = self.stats.borrow_mut().take(dir);
+        let tree = self.commit_tree(commit)?;
+        let (records, done) = materialize::reconcile(&self.repo, &self.cache, old, &tree, dir)?;
+        if let Some(records) = records {
+            self.stats.borrow_mut().insert(dir, records);
+        }
+        Ok(done)
+    }
+
+    /// Rename the directory `from` to `to` (which must not exist; same
+    /// filesystem), keeping what this store recorded about it, so a later
+    /// [`Store::reconcile`] or [`Store::snapshot`] of `to` can use it.
+    pub fn move_worktree(&self, from: &Path, to: &Path) -> Result<(), Error> {
+        if to.symlink_metadata().is_ok() {
+            return Err(Error::DestinationNotEmpty(to.to_path_buf()));
+        }
+        let records = self.stats.borrow_mut().take(from);
+        std::fs::rename(from, to).map_err(io(from, "moving"))?;
+        if let Some(records) = records {
+            self.stats.borrow_mut().insert(to, records);
         }
         Ok(())
     }

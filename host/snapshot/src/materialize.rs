@@ -2,20 +2,20 @@
 //! (`O_CREAT|O_EXCL|O_NOFOLLOW`, `mkdirat`), so a malformed tree with a
 //! duplicate name can never write through a link it created a moment before.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 
 use git2::{ObjectType, Odb, Repository, Tree};
 use rustix::fs::{
-    AtFlags, CWD, Mode, OFlags, Timespec, Timestamps, UTIME_NOW, fchmod, fstat, futimens, mkdirat,
-    openat, statat, symlinkat,
+    AtFlags, CWD, Dir, FileType, Mode, OFlags, Timespec, Timestamps, UTIME_NOW, chmodat, fchmod,
+    fstat, futimens, mkdirat, openat, statat, symlinkat, unlinkat,
 };
 
 use crate::cache::BlobCache;
 use crate::error::{Error, git, io};
-use crate::statcache::{self, Recorder, Worktree};
+use crate::statcache::{self, Recorder, StatKey, Worktree};
 use crate::tree::{
     self, Entry, MODE_EXEC, MODE_FILE, MODE_GITLINK, MODE_LINK, MODE_TREE, is_regular,
 };
@@ -40,26 +40,53 @@ pub(crate) fn materialize(
         }
         Err(e) => return Err(io(dest, "inspecting")(e)),
     }
-    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let root = openat(CWD, dest, flags, Mode::empty()).map_err(|e| match e {
+    let root = open_root(dest)?;
+    let w = Writer::new(repo, cache, dest, root.as_fd(), None)?;
+    w.tree(tree, root.as_fd(), "", 0)?;
+    Ok(w.finish(root.as_fd()))
+}
+
+/// What [`reconcile`] did, for tests and benchmarks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reconciled {
+    /// Files left in place: their `lstat` proved them unchanged since this
+    /// store wrote them with the wanted content and mode.
+    pub kept: u64,
+    /// Entries written (a written directory counts once).
+    pub written: u64,
+    /// Names removed (a removed directory counts once).
+    pub removed: u64,
+}
+
+/// Turn the existing directory `dest` into exactly `tree`, as `materialize`
+/// would write it, reusing the regular files that `old` (this store's
+/// records of `dest`) proves unchanged and rewriting or removing everything
+/// else. Returns the new records and what was done.
+pub(crate) fn reconcile(
+    repo: &Repository,
+    cache: &RefCell<BlobCache>,
+    old: Option<Worktree>,
+    tree: &Tree<'_>,
+    dest: &Path,
+) -> Result<(Option<Worktree>, Reconciled), Error> {
+    let root = open_root(dest)?;
+    // Records describe the directory they were taken of, not whatever
+    // directory is at that path now.
+    let old = old.filter(|w| fstat(&root).is_ok_and(|st| w.same_root(&st)));
+    let w = Writer::new(repo, cache, dest, root.as_fd(), old.as_ref())?;
+    w.sync(tree, root.as_fd(), "", 0)?;
+    let done = w.done.get();
+    Ok((w.finish(root.as_fd()), done))
+}
+
+/// Open `dest` as a real directory (never through a symlink).
+fn open_root(dest: &Path) -> Result<rustix::fd::OwnedFd, Error> {
+    openat(CWD, dest, dir_flags(), Mode::empty()).map_err(|e| match e {
         rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR => {
             Error::NotADirectory(dest.to_path_buf())
         }
         e => io(dest, "opening")(e.into()),
-    })?;
-    let w = Writer {
-        repo,
-        odb: repo.odb().map_err(git("opening the object database"))?,
-        dest,
-        umask: current_umask(),
-        cache,
-        recorder: RefCell::new(statcache::tracks_all_writes(root.as_fd()).then(Recorder::default)),
-    };
-    w.tree(tree, root.as_fd(), "", 0)?;
-    let Some(recorder) = w.recorder.into_inner() else {
-        return Ok(None);
-    };
-    Ok(fence(root.as_fd()).and_then(|(root_st, fence_st)| recorder.finish(&root_st, &fence_st)))
+    })
 }
 
 /// Touch the root directory's times and read back its ctime: every file
@@ -98,9 +125,38 @@ struct Writer<'r> {
     /// Stat records of what was written, when the filesystem is one whose
     /// ctimes can be trusted.
     recorder: RefCell<Option<Recorder>>,
+    /// When reconciling: the records of the directory's previous content.
+    old: Option<&'r Worktree>,
+    done: Cell<Reconciled>,
 }
 
-impl Writer<'_> {
+impl<'r> Writer<'r> {
+    fn new(
+        repo: &'r Repository,
+        cache: &'r RefCell<BlobCache>,
+        dest: &'r Path,
+        root: BorrowedFd<'_>,
+        old: Option<&'r Worktree>,
+    ) -> Result<Writer<'r>, Error> {
+        Ok(Writer {
+            repo,
+            odb: repo.odb().map_err(git("opening the object database"))?,
+            dest,
+            umask: current_umask(),
+            cache,
+            recorder: RefCell::new(statcache::tracks_all_writes(root).then(Recorder::default)),
+            old,
+            done: Cell::default(),
+        })
+    }
+
+    /// The records of everything written, once the fence is set (`None`
+    /// when not recording or when the root's times cannot be set).
+    fn finish(self, root: BorrowedFd<'_>) -> Option<Worktree> {
+        let recorder = self.recorder.into_inner()?;
+        fence(root).and_then(|(root_st, fence_st)| recorder.finish(&root_st, &fence_st))
+    }
+
     /// Write `tree` into `dfd`. When recording, returns the id a snapshot
     /// of the directory would compute if nothing changed (`None`: it would
     /// be empty and omitted).
@@ -122,88 +178,111 @@ impl Writer<'_> {
         // The entries as a snapshot would store them, when recording.
         let mut stored = Vec::new();
         for e in tree.iter() {
-            let name = e.name_bytes();
-            let path = join(rel, &String::from_utf8_lossy(name));
-            let Some(name) = safe_name(name) else {
-                return Err(Error::UnsafeName {
-                    name: String::from_utf8_lossy(e.name_bytes()).into_owned(),
-                    path,
-                });
-            };
-            let mode = e.filemode();
-            let stored_mode = match mode {
-                MODE_TREE => {
-                    let err = |e: rustix::io::Errno| self.io(&path, "creating directory", e);
-                    mkdirat(dfd, name, Mode::from_raw_mode(0o755)).map_err(err)?;
-                    let flags =
-                        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-                    let sub = openat(dfd, name, flags, Mode::empty()).map_err(err)?;
-                    if self.masked(0o755) {
-                        fchmod(&sub, Mode::from_raw_mode(0o755)).map_err(err)?;
-                    }
-                    let t = tree::find_tree(self.repo, e.id(), &path)?;
-                    let sub_id = self.tree(&t, sub.as_fd(), &path, depth + 1)?;
-                    if recording {
-                        // The shortcut holds only if the snapshot's tree is
-                        // the one written (so the object exists).
-                        let shortcut = sub_id.filter(|id| *id == e.id());
-                        if let Some(r) = self.recorder.borrow_mut().as_mut() {
-                            r.subdir(rel, name.as_bytes(), shortcut);
-                        }
-                        if let Some(id) = sub_id {
-                            stored.push(Entry {
-                                name: name.as_bytes().to_vec(),
-                                mode: MODE_TREE,
-                                id,
-                            });
-                        }
-                    }
-                    continue;
-                }
-                MODE_LINK => {
-                    let mut utf8 = false;
-                    self.with_blob(e.id(), &path, |target| {
-                        utf8 = std::str::from_utf8(target).is_ok();
-                        symlinkat(target, dfd, name)
-                            .map_err(|e| self.io(&path, "creating symlink", e))
-                    })?;
-                    self.record(dfd, rel, name, e.id(), None, true);
-                    // A snapshot does not store a non-UTF-8 target (it
-                    // reports it as special).
-                    if !utf8 {
-                        continue;
-                    }
-                    MODE_LINK
-                }
-                MODE_GITLINK => return Err(Error::Gitlink(path)),
-                m if is_regular(m) => {
-                    let perm = if m & 0o100 != 0 { 0o755 } else { 0o644 };
-                    let err = |e: std::io::Error| io(self.dest.join(&path), "writing file")(e);
-                    let flags = OFlags::WRONLY
-                        | OFlags::CREATE
-                        | OFlags::EXCL
-                        | OFlags::NOFOLLOW
-                        | OFlags::CLOEXEC;
-                    let fd = openat(dfd, name, flags, Mode::from_raw_mode(perm))
-                        .map_err(|e| err(e.into()))?;
-                    if self.masked(perm) {
-                        fchmod(&fd, Mode::from_raw_mode(perm)).map_err(|e| err(e.into()))?;
-                    }
-                    let mut file = std::fs::File::from(fd);
-                    self.with_blob(e.id(), &path, |data| file.write_all(data).map_err(err))?;
-                    self.record(dfd, rel, name, e.id(), Some(file.as_fd()), false);
-                    if perm == 0o755 { MODE_EXEC } else { MODE_FILE }
-                }
-                mode => return Err(Error::UnsupportedMode { path, mode }),
-            };
-            if recording {
-                stored.push(Entry {
-                    name: name.as_bytes().to_vec(),
-                    mode: stored_mode,
-                    id: e.id(),
-                });
-            }
+            let name = checked_name(&e, rel)?;
+            stored.extend(self.write_entry(&e, name, dfd, rel, depth)?);
         }
+        self.dir_written(tree, dfd, rel, recording, stored)
+    }
+
+    /// Create the entry `e` (named `name`, absent from `dfd`). Returns the
+    /// entry a snapshot would store for it when recording (`None`: not
+    /// stored, or not recording).
+    fn write_entry(
+        &self,
+        e: &git2::TreeEntry<'_>,
+        name: &str,
+        dfd: BorrowedFd<'_>,
+        rel: &str,
+        depth: usize,
+    ) -> Result<Option<Entry>, Error> {
+        let recording = self.recorder.borrow().is_some();
+        let path = join(rel, name);
+        let mode = e.filemode();
+        let stored_mode = match mode {
+            MODE_TREE => {
+                let err = |e: rustix::io::Errno| self.io(&path, "creating directory", e);
+                mkdirat(dfd, name, Mode::from_raw_mode(0o755)).map_err(err)?;
+                let sub = openat(dfd, name, dir_flags(), Mode::empty()).map_err(err)?;
+                if self.masked(0o755) {
+                    fchmod(&sub, Mode::from_raw_mode(0o755)).map_err(err)?;
+                }
+                let t = tree::find_tree(self.repo, e.id(), &path)?;
+                let sub_id = self.tree(&t, sub.as_fd(), &path, depth + 1)?;
+                return Ok(self.subdir_written(e, name, rel, sub_id));
+            }
+            MODE_LINK => {
+                let mut utf8 = false;
+                self.with_blob(e.id(), &path, |target| {
+                    utf8 = std::str::from_utf8(target).is_ok();
+                    symlinkat(target, dfd, name).map_err(|e| self.io(&path, "creating symlink", e))
+                })?;
+                self.record(dfd, rel, name, e.id(), None, true);
+                // A snapshot does not store a non-UTF-8 target (it reports
+                // it as special).
+                if !utf8 {
+                    return Ok(None);
+                }
+                MODE_LINK
+            }
+            MODE_GITLINK => return Err(Error::Gitlink(path)),
+            m if is_regular(m) => {
+                let perm = file_perm(m);
+                let err = |e: std::io::Error| io(self.dest.join(&path), "writing file")(e);
+                let flags = OFlags::WRONLY
+                    | OFlags::CREATE
+                    | OFlags::EXCL
+                    | OFlags::NOFOLLOW
+                    | OFlags::CLOEXEC;
+                let fd = openat(dfd, name, flags, Mode::from_raw_mode(perm))
+                    .map_err(|e| err(e.into()))?;
+                if self.masked(perm) {
+                    fchmod(&fd, Mode::from_raw_mode(perm)).map_err(|e| err(e.into()))?;
+                }
+                let mut file = std::fs::File::from(fd);
+                self.with_blob(e.id(), &path, |data| file.write_all(data).map_err(err))?;
+                self.record(dfd, rel, name, e.id(), Some(file.as_fd()), false);
+                if perm == 0o755 { MODE_EXEC } else { MODE_FILE }
+            }
+            mode => return Err(Error::UnsupportedMode { path, mode }),
+        };
+        Ok(recording.then(|| Entry {
+            name: name.as_bytes().to_vec(),
+            mode: stored_mode,
+            id: e.id(),
+        }))
+    }
+
+    /// Record a finished subdirectory `e` of `rel` whose snapshot tree is
+    /// `sub_id`; returns its stored entry (none when empty or not recording).
+    fn subdir_written(
+        &self,
+        e: &git2::TreeEntry<'_>,
+        name: &str,
+        rel: &str,
+        sub_id: Option<git2::Oid>,
+    ) -> Option<Entry> {
+        let mut recorder = self.recorder.borrow_mut();
+        let r = recorder.as_mut()?;
+        // The shortcut holds only if the snapshot's tree is the one written
+        // (so the object exists).
+        r.subdir(rel, name.as_bytes(), sub_id.filter(|id| *id == e.id()));
+        sub_id.map(|id| Entry {
+            name: name.as_bytes().to_vec(),
+            mode: MODE_TREE,
+            id,
+        })
+    }
+
+    /// Every entry of `tree` is in `dfd` now: record the directory and
+    /// return the id a snapshot of it would compute (see [`Writer::tree`]).
+    fn dir_written(
+        &self,
+        tree: &Tree<'_>,
+        dfd: BorrowedFd<'_>,
+        rel: &str,
+        recording: bool,
+        mut stored: Vec<Entry>,
+    ) -> Result<Option<git2::Oid>, Error> {
         if !recording || stored.is_empty() {
             return Ok(None);
         }
@@ -215,6 +294,170 @@ impl Writer<'_> {
             r.dir_done(rel, st.as_ref(), (id == tree.id()).then_some(id));
         }
         Ok(Some(id))
+    }
+
+    /// Turn the existing directory `dfd` into `tree`: remove every name the
+    /// tree does not hold, keep the files the old records prove right,
+    /// descend into directories that stay directories, and write the rest as
+    /// [`Writer::tree`] would. Returns what `tree` returns.
+    fn sync(
+        &self,
+        tree: &Tree<'_>,
+        dfd: BorrowedFd<'_>,
+        rel: &str,
+        depth: usize,
+    ) -> Result<Option<git2::Oid>, Error> {
+        if depth > MAX_DEPTH {
+            return Err(Error::LimitExceeded {
+                path: rel.to_string(),
+                limit: "directory depth",
+                max: MAX_DEPTH as u64,
+            });
+        }
+        let err = |ctx: &'static str| move |e: rustix::io::Errno| self.io(rel, ctx, e);
+        // Git holds no directory modes; materialize writes 0755.
+        let st = fstat(dfd).map_err(err("inspecting"))?;
+        if st.st_mode & 0o7777 != 0o755 {
+            fchmod(dfd, Mode::from_raw_mode(0o755)).map_err(err("setting the mode of"))?;
+        }
+        for name in list(dfd).map_err(err("listing"))? {
+            let wanted = safe_name(&name).is_some() && tree.get_name_bytes(&name).is_some();
+            if !wanted {
+                self.remove(dfd, &name, rel, depth)?;
+            }
+        }
+        let recording = self.recorder.borrow().is_some();
+        let old = self.old.and_then(|w| w.dir(rel));
+        let mut stored = Vec::new();
+        for e in tree.iter() {
+            let name = checked_name(&e, rel)?;
+            let path = join(rel, name);
+            let st = match statat(dfd, name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => Some(st),
+                Err(rustix::io::Errno::NOENT) => None,
+                Err(e) => return Err(self.io(&path, "inspecting", e)),
+            };
+            if let Some(st) = st {
+                let is_dir = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
+                if is_dir && e.filemode() == MODE_TREE {
+                    let sub = open_dir(dfd, name).map_err(|e| self.io(&path, "opening", e))?;
+                    let t = tree::find_tree(self.repo, e.id(), &path)?;
+                    let sub_id = self.sync(&t, sub.as_fd(), &path, depth + 1)?;
+                    stored.extend(self.subdir_written(&e, name, rel, sub_id));
+                    continue;
+                }
+                if let Some(entry) = self.keep(old, &e, name, rel, &st) {
+                    stored.extend(recording.then_some(entry));
+                    continue;
+                }
+                self.remove(dfd, name.as_bytes(), rel, depth)?;
+            }
+            self.count(|d| d.written += 1);
+            stored.extend(self.write_entry(&e, name, dfd, rel, depth)?);
+        }
+        self.dir_written(tree, dfd, rel, recording, stored)
+    }
+
+    /// Whether the file `name` (with `lstat` `st`) can stay as the tree
+    /// entry `e`: a regular file, not hard-linked elsewhere, whose `lstat` is
+    /// exactly what this store recorded when it wrote `e`'s blob, with `e`'s
+    /// permissions. (Symlinks are always rewritten: they are rare and cheap.)
+    /// Returns its stored entry, recorded again.
+    fn keep(
+        &self,
+        old: Option<&statcache::DirRecord>,
+        e: &git2::TreeEntry<'_>,
+        name: &str,
+        rel: &str,
+        st: &rustix::fs::Stat,
+    ) -> Option<Entry> {
+        let mode = e.filemode();
+        let rec = old?.leaf(name.as_bytes())?;
+        let same = is_regular(mode)
+            && FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
+            && st.st_nlink == 1
+            && st.st_mode & 0o7777 == file_perm(mode)
+            && rec.id == e.id()
+            && rec.stat == StatKey::of(st);
+        if !same {
+            return None;
+        }
+        if let Some(r) = self.recorder.borrow_mut().as_mut() {
+            r.leaf(rel, name.as_bytes(), false, Some(st), e.id());
+        }
+        self.count(|d| d.kept += 1);
+        let mode = if file_perm(mode) == 0o755 {
+            MODE_EXEC
+        } else {
+            MODE_FILE
+        };
+        Some(Entry {
+            name: name.as_bytes().to_vec(),
+            mode,
+            id: e.id(),
+        })
+    }
+
+    /// Remove the name `name` in `dfd` (in `rel`), a whole directory tree
+    /// included, never following a link. Permissions that would stop it are
+    /// widened first (a previous user of the directory may have set them).
+    fn remove(
+        &self,
+        dfd: BorrowedFd<'_>,
+        name: &[u8],
+        rel: &str,
+        depth: usize,
+    ) -> Result<(), Error> {
+        let path = join(rel, &String::from_utf8_lossy(name));
+        match unlinkat(dfd, name, AtFlags::empty()) {
+            Ok(()) => {
+                self.count(|d| d.removed += 1);
+                return Ok(());
+            }
+            Err(rustix::io::Errno::ISDIR) => {}
+            Err(e) => return Err(self.io(&path, "removing", e)),
+        }
+        self.remove_tree(dfd, name, &path, depth + 1)?;
+        self.count(|d| d.removed += 1);
+        Ok(())
+    }
+
+    fn remove_tree(
+        &self,
+        dfd: BorrowedFd<'_>,
+        name: &[u8],
+        path: &str,
+        depth: usize,
+    ) -> Result<(), Error> {
+        if depth > MAX_DEPTH {
+            return Err(Error::LimitExceeded {
+                path: path.to_string(),
+                limit: "directory depth",
+                max: MAX_DEPTH as u64,
+            });
+        }
+        let err = |ctx: &'static str| move |e: rustix::io::Errno| self.io(path, ctx, e);
+        let sub = open_dir(dfd, name).map_err(err("opening"))?;
+        if fstat(&sub).map_err(err("inspecting"))?.st_mode & 0o700 != 0o700 {
+            fchmod(&sub, Mode::from_raw_mode(0o700)).map_err(err("setting the mode of"))?;
+        }
+        for child in list(sub.as_fd()).map_err(err("listing"))? {
+            let child_path = join(path, &String::from_utf8_lossy(&child));
+            match unlinkat(&sub, child.as_slice(), AtFlags::empty()) {
+                Ok(()) => {}
+                Err(rustix::io::Errno::ISDIR) => {
+                    self.remove_tree(sub.as_fd(), &child, &child_path, depth + 1)?
+                }
+                Err(e) => return Err(self.io(&child_path, "removing", e)),
+            }
+        }
+        unlinkat(dfd, name, AtFlags::REMOVEDIR).map_err(err("removing"))
+    }
+
+    fn count(&self, f: impl FnOnce(&mut Reconciled)) {
+        let mut d = self.done.get();
+        f(&mut d);
+        self.done.set(d);
     }
 
     /// Record what was just written at `rel/name` (its open `file`, or the
@@ -279,6 +522,51 @@ fn current_umask() -> Option<u32> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find_map(|l| l.strip_prefix("Umask:"))?;
     u32::from_str_radix(line.trim(), 8).ok()
+}
+
+/// `e`'s name, which must be a single safe path component (see [`safe_name`]).
+fn checked_name<'t>(e: &'t git2::TreeEntry<'_>, rel: &str) -> Result<&'t str, Error> {
+    safe_name(e.name_bytes()).ok_or_else(|| Error::UnsafeName {
+        name: String::from_utf8_lossy(e.name_bytes()).into_owned(),
+        path: join(rel, &String::from_utf8_lossy(e.name_bytes())),
+    })
+}
+
+/// Every name in the directory `dfd` but `.` and `..`.
+fn list(dfd: BorrowedFd<'_>) -> rustix::io::Result<Vec<Vec<u8>>> {
+    let mut names = Vec::new();
+    let mut dir = Dir::read_from(dfd)?;
+    while let Some(ent) = dir.read() {
+        let name = ent?.file_name().to_bytes().to_vec();
+        if name != b"." && name != b".." {
+            names.push(name);
+        }
+    }
+    Ok(names)
+}
+
+/// Open the subdirectory `name` of `dfd` (never through a link); when its
+/// permissions refuse, make it the owner's (0700) and try once more.
+fn open_dir<P: rustix::path::Arg + Copy>(
+    dfd: BorrowedFd<'_>,
+    name: P,
+) -> rustix::io::Result<rustix::fd::OwnedFd> {
+    match openat(dfd, name, dir_flags(), Mode::empty()) {
+        Err(rustix::io::Errno::ACCESS) => {
+            chmodat(dfd, name, Mode::from_raw_mode(0o700), AtFlags::empty())?;
+            openat(dfd, name, dir_flags(), Mode::empty())
+        }
+        r => r,
+    }
+}
+
+fn dir_flags() -> OFlags {
+    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
+}
+
+/// The permissions a regular file of tree mode `mode` is written with.
+fn file_perm(mode: i32) -> u32 {
+    if mode & 0o100 != 0 { 0o755 } else { 0o644 }
 }
 
 /// The name as a single safe path component: UTF-8, not empty, `.` or `..`,

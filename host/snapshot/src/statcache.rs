@@ -273,9 +273,14 @@ impl StatCache {
     }
 
     pub fn remove(&mut self, dir: &Path) {
-        if let Some(w) = self.trees.remove(dir) {
-            self.records -= w.records;
-        }
+        self.take(dir);
+    }
+
+    /// Remove and return the records for `dir`.
+    pub fn take(&mut self, dir: &Path) -> Option<Worktree> {
+        let w = self.trees.remove(dir)?;
+        self.records -= w.records;
+        Some(w)
     }
 
     /// The records for `dir`, marked as recently used.
