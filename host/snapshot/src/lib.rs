@@ -22,6 +22,7 @@ mod pack;
 mod snapshot;
 mod statcache;
 mod surface;
+mod tagcache;
 mod tree;
 
 use std::cell::{Cell, RefCell};
@@ -130,6 +131,8 @@ pub struct Store {
     stats: RefCell<statcache::StatCache>,
     /// Files snapshots took from `stats` without reading them.
     stat_hits: Cell<u64>,
+    /// Loose tags already read, by the `lstat` of their file.
+    tags: RefCell<tagcache::TagCache>,
 }
 
 impl std::fmt::Debug for Store {
@@ -159,6 +162,7 @@ impl Store {
             cache: RefCell::default(),
             stats: RefCell::default(),
             stat_hits: Cell::new(0),
+            tags: RefCell::default(),
         })
     }
 
@@ -175,6 +179,7 @@ impl Store {
             cache: RefCell::default(),
             stats: RefCell::default(),
             stat_hits: Cell::new(0),
+            tags: RefCell::default(),
         })
     }
 
@@ -224,6 +229,58 @@ impl Store {
         Ok(snapshot)
     }
 
+    /// The repository's first commit, of the snapshot of `dir` (as
+    /// [`Store::snapshot`] with no parent, then [`Store::commit`] advancing
+    /// `HEAD`), with every object in one new pack instead of one loose file
+    /// each: a 1,000-file workspace would otherwise cost a thousand more
+    /// files, most of `evolve init`'s time. The objects are buffered in memory
+    /// by a second handle on the repository (so this store's own writes are
+    /// never redirected), written as a pack, and only then does the branch
+    /// name the commit.
+    pub fn commit_first_packed(
+        &self,
+        dir: &Path,
+        limits: &Limits,
+        skip: &dyn Fn(&str) -> bool,
+        message: &str,
+    ) -> Result<(Snapshot, Oid), Error> {
+        let repo = Repository::open_ext(&self.dir, RepositoryOpenFlags::NO_SEARCH, [] as [&str; 0])
+            .map_err(git("opening the repository again"))?;
+        let odb = repo.odb().map_err(git("opening the object database"))?;
+        // Above the loose and pack backends: every write lands here.
+        let mempack = odb
+            .add_new_mempack_backend(1000)
+            .map_err(git("buffering objects in memory"))?;
+        let (snapshot, _) = snapshot::snapshot(&repo, &self.cache, None, dir, None, limits, skip)?;
+        // The pack holds what the commit reaches (libgit2 packs a mempack by
+        // its commits).
+        let commit = write_commit(&repo, snapshot.tree, None, message, None)?;
+        let mut pack = git2::Buf::new();
+        mempack
+            .dump(&repo, &mut pack)
+            .map_err(git("assembling a pack"))?;
+        let mut writer = odb.packwriter().map_err(git("starting a pack"))?;
+        std::io::Write::write_all(&mut writer, &pack).map_err(io(
+            self.repo.path().join("objects/pack"),
+            "writing a pack in",
+        ))?;
+        writer.commit().map_err(git("indexing the pack"))?;
+        self.repo
+            .odb()
+            .and_then(|o| o.refresh())
+            .map_err(git("rescanning packs"))?;
+        let branch = self
+            .repo
+            .find_reference("HEAD")
+            .ok()
+            .and_then(|h| h.symbolic_target().map(str::to_string))
+            .unwrap_or_else(|| "refs/heads/main".into());
+        self.repo
+            .reference(&branch, commit, false, message)
+            .map_err(git(format!("pointing {branch} at the first commit")))?;
+        Ok((snapshot, commit))
+    }
+
     /// How many files snapshots of this store have taken from the records
     /// of [`Store::materialize`] instead of reading them (for tests and
     /// benchmarks).
@@ -248,27 +305,13 @@ impl Store {
         message: &str,
         update_head: bool,
     ) -> Result<Oid, Error> {
-        let tree_obj = self
-            .repo
-            .find_tree(tree)
-            .map_err(|_| Error::NotFound(format!("tree {tree}")))?;
-        let parent_obj = match parent {
-            Some(p) => Some(self.find_commit(p)?),
-            None => None,
-        };
-        let sig = Signature::now("evolve", "evolve@localhost")
-            .map_err(git("building the commit signature"))?;
-        let parents: Vec<&git2::Commit<'_>> = parent_obj.iter().collect();
-        self.repo
-            .commit(
-                update_head.then_some("HEAD"),
-                &sig,
-                &sig,
-                message,
-                &tree_obj,
-                &parents,
-            )
-            .map_err(git(format!("committing tree {tree}")))
+        write_commit(
+            &self.repo,
+            tree,
+            parent,
+            message,
+            update_head.then_some("HEAD"),
+        )
     }
 
     /// Write `commit`'s tree into `dest`, which must be absent (it is created,
@@ -363,7 +406,24 @@ impl Store {
     /// The commit a tag names (annotated tags are peeled), or `None` if absent.
     pub fn tag_target(&self, name: &str) -> Result<Option<Oid>, Error> {
         let refname = tag_ref(name)?;
-        let reference = match self.repo.find_reference(&refname) {
+        // A loose tag file whose lstat is unchanged since it was read names the
+        // same commit (see `tagcache.rs`); reading it again costs four system
+        // calls and a commit lookup, for every row, every time the driver
+        // recomputes eligibility.
+        let loose = self.repo.path().join(&refname);
+        let stat = tagcache::TagStat::of(&loose);
+        if let Some(id) = stat.and_then(|st| self.tags.borrow().get(&refname, &st)) {
+            return Ok(Some(id));
+        }
+        let found = self.tag_target_uncached(name, &refname)?;
+        if let (Some(st), Some(id)) = (stat, found) {
+            self.tags.borrow_mut().insert(refname, st, id);
+        }
+        Ok(found)
+    }
+
+    fn tag_target_uncached(&self, name: &str, refname: &str) -> Result<Option<Oid>, Error> {
+        let reference = match self.repo.find_reference(refname) {
             Ok(r) => r,
             Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(None),
             Err(e) => return Err(git(format!("reading tag {name}"))(e)),
@@ -553,6 +613,32 @@ fn tag_ref(name: &str) -> Result<String, Error> {
         return Err(Error::InvalidTagName(name.to_string()));
     }
     Ok(refname)
+}
+
+/// Write a commit of `tree` in `repo`, signed by `evolve <evolve@localhost>`
+/// now, advancing `update_ref` if given.
+fn write_commit(
+    repo: &Repository,
+    tree: Oid,
+    parent: Option<Oid>,
+    message: &str,
+    update_ref: Option<&str>,
+) -> Result<Oid, Error> {
+    let tree_obj = repo
+        .find_tree(tree)
+        .map_err(|_| Error::NotFound(format!("tree {tree}")))?;
+    let parent_obj = match parent {
+        Some(p) => Some(
+            repo.find_commit(p)
+                .map_err(|_| Error::NotFound(format!("commit {p}")))?,
+        ),
+        None => None,
+    };
+    let sig = Signature::now("evolve", "evolve@localhost")
+        .map_err(git("building the commit signature"))?;
+    let parents: Vec<&git2::Commit<'_>> = parent_obj.iter().collect();
+    repo.commit(update_ref, &sig, &sig, message, &tree_obj, &parents)
+        .map_err(git(format!("committing tree {tree}")))
 }
 
 /// Non-empty, relative, '/'-separated, no empty, `.` or `..` components.

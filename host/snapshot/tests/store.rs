@@ -318,3 +318,106 @@ fn same_size_edits_are_seen_and_packing_keeps_every_object() {
         "print('HI')\n"
     );
 }
+
+/// Loose object files under `.git/objects`.
+fn loose_objects(ws: &std::path::Path) -> usize {
+    std::fs::read_dir(ws.join(".git/objects"))
+        .unwrap()
+        .flatten()
+        .filter(|d| d.file_name().len() == 2)
+        .map(|d| std::fs::read_dir(d.path()).unwrap().count())
+        .sum()
+}
+
+#[test]
+fn a_packed_first_commit_equals_the_loose_one_and_later_writes_still_land() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    seed(a.path());
+    seed(b.path());
+    let loose = Store::init(a.path()).unwrap();
+    let expected = snap(&loose, a.path(), None);
+    let packed = Store::init(b.path()).unwrap();
+    let (s, c) = packed
+        .commit_first_packed(b.path(), &Limits::default(), &skip, "gen 0")
+        .unwrap();
+    assert_eq!(s, expected, "same tree, same changes");
+    assert_eq!(loose_objects(b.path()), 0, "every object is in the pack");
+    assert_eq!(packed.head().unwrap(), Some(c), "HEAD's branch names it");
+    assert_eq!(packed.tree_of(c).unwrap(), s.tree);
+    // A fresh store reads it all, and this store's own writes still land on disk.
+    let again = Store::open(b.path()).unwrap();
+    let out = b.path().join("runs/out");
+    again.materialize(c, &out).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(out.join("target/agent.py")).unwrap(),
+        "print('hi')\n"
+    );
+    common::write(&out, "target/agent.py", "print('child')\n");
+    let child = snap(&packed, &out, Some(c));
+    let c1 = packed.commit(child.tree, Some(c), "gen 1", false).unwrap();
+    assert!(
+        loose_objects(b.path()) >= 2,
+        "blob, trees and commit, loose"
+    );
+    let fresh = Store::open(b.path()).unwrap();
+    assert_eq!(fresh.diff(c, c1).unwrap().len(), 1);
+}
+
+/// Tag answers are cached by the tag file's `lstat`: a tag moved afterwards, by a
+/// rename or by rewriting the file in place with its mtime put back, is seen.
+#[test]
+fn a_tag_moved_after_it_was_read_is_seen() {
+    use std::io::{Seek, SeekFrom, Write};
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let (store, c0) = seeded_store(tmp.path());
+    common::write(tmp.path(), "target/agent.py", "print('moved')\n");
+    let c1 = store
+        .commit(
+            snap(&store, tmp.path(), Some(c0)).tree,
+            Some(c0),
+            "1",
+            false,
+        )
+        .unwrap();
+    store.tag("gen/1", c0).unwrap();
+    // Old enough to be cached.
+    std::thread::sleep(std::time::Duration::from_millis(250));
+    assert_eq!(store.tag_target("gen/1").unwrap(), Some(c0));
+    assert_eq!(store.tag_target("gen/1").unwrap(), Some(c0));
+
+    // Rewritten in place, same size, mtime restored.
+    let file = tmp.path().join(".git/refs/tags/gen/1");
+    let meta = fs::metadata(&file).unwrap();
+    let mut f = fs::OpenOptions::new().write(true).open(&file).unwrap();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    f.write_all(format!("{c1}\n").as_bytes()).unwrap();
+    drop(f);
+    let t = |s, ns| rustix::fs::Timespec {
+        tv_sec: s,
+        tv_nsec: ns,
+    };
+    rustix::fs::utimensat(
+        rustix::fs::CWD,
+        &file,
+        &rustix::fs::Timestamps {
+            last_access: t(meta.atime(), meta.atime_nsec()),
+            last_modification: t(meta.mtime(), meta.mtime_nsec()),
+        },
+        rustix::fs::AtFlags::empty(),
+    )
+    .unwrap();
+    assert_eq!(store.tag_target("gen/1").unwrap(), Some(c1));
+
+    // Replaced by a new file (what git does), after being cached again.
+    std::thread::sleep(std::time::Duration::from_millis(250));
+    assert_eq!(store.tag_target("gen/1").unwrap(), Some(c1));
+    let tmpfile = tmp.path().join(".git/refs/tags/gen/1.new");
+    fs::write(&tmpfile, format!("{c0}\n")).unwrap();
+    fs::rename(&tmpfile, &file).unwrap();
+    assert_eq!(store.tag_target("gen/1").unwrap(), Some(c0));
+    // And deleted.
+    fs::remove_file(&file).unwrap();
+    assert_eq!(store.tag_target("gen/1").unwrap(), None);
+}
