@@ -740,3 +740,93 @@ fn a_self_edited_operator_still_cannot_reach_the_evaluator_or_the_archive() {
     assert!(!reason.contains("BREACH"), "{reason}");
     assert_eq!(show["row"]["verdict"], "keep");
 }
+
+/// Every name under `root` with its kind, permissions and content: what a stage reading
+/// a checkout can observe.
+fn listing(root: &std::path::Path) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut todo = vec![std::path::PathBuf::new()];
+    while let Some(rel) = todo.pop() {
+        for entry in std::fs::read_dir(root.join(&rel)).unwrap() {
+            let rel = rel.join(entry.unwrap().file_name());
+            let p = root.join(&rel);
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            let what = if m.is_dir() {
+                todo.push(rel.clone());
+                format!("dir {:o}", m.permissions().mode() & 0o7777)
+            } else if m.is_file() {
+                format!(
+                    "file {:o} {:?}",
+                    m.permissions().mode() & 0o7777,
+                    std::fs::read(&p).unwrap()
+                )
+            } else {
+                format!("other {:?}", m.file_type())
+            };
+            out.insert(rel.display().to_string(), what);
+        }
+    }
+    out
+}
+
+/// Directories are recycled between stages and generations (the committed worktree
+/// becomes gate's checkout, a discarded checkout the next fork): each must still be
+/// exactly its commit. Mutate leaves an empty directory a snapshot does not store, so a
+/// recycled directory that kept it would show.
+#[test]
+fn recycled_checkouts_hold_exactly_their_commit() {
+    let e = Exp::new(&Spec {
+        generations: 4,
+        mutate: json!({"action": "descend"}),
+        ..Spec::default()
+    });
+    e.init();
+    e.run_ok(&["run", "ws", "--quiet"]);
+    e.run_ok(&["verify", "ws"]);
+    let log = e.log();
+    let verdicts: Vec<Value> = log.iter().map(|r| r["verdict"].clone()).collect();
+    assert_eq!(
+        verdicts,
+        [
+            json!("keep"),
+            json!("keep"),
+            json!("discard"),
+            json!("discard"),
+            json!("discard")
+        ],
+        "{log:#?}"
+    );
+    let store = evolve_snapshot::Store::open(&e.ws).unwrap();
+    let fresh = e.root().join("fresh");
+    for g in 1..=4 {
+        let commit = store.tag_target(&format!("gen/{g}")).unwrap().unwrap();
+        // Each child changed only its own value, from its parent gen/1 (gen/0 for gen 1).
+        let parent = store
+            .tag_target(if g == 1 { "gen/0" } else { "gen/1" })
+            .unwrap()
+            .unwrap();
+        let changes: Vec<String> = store
+            .diff(parent, commit)
+            .unwrap()
+            .iter()
+            .map(|c| c.path.clone())
+            .collect();
+        assert_eq!(changes, ["target/value.txt"], "gen {g}");
+        let dir = fresh.join(g.to_string());
+        store.materialize(commit, &dir).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.join("target/value.txt")).unwrap(),
+            format!("0.{}\n", 8 - g),
+            "gen {g}"
+        );
+    }
+    // The kept child's checkout (select reads it) is its commit and nothing more.
+    let gen1 = store.tag_target("gen/1").unwrap().unwrap();
+    let kept = e.ws.join("runs/checkouts").join(gen1.to_string());
+    assert!(!kept.join("target/junk").exists());
+    assert_eq!(listing(&kept), listing(&fresh.join("1")));
+    // Discarded checkouts went round: each fork after the first discard took the spare
+    // the previous discard left, so one is left, not three.
+    let spares = std::fs::read_dir(e.ws.join("runs/spare")).unwrap().count();
+    assert_eq!(spares, 1);
+}

@@ -59,6 +59,10 @@ pub struct Generations {
     /// Operator calls per generation and their median total time (instantiate + run).
     pub operator_calls_per_generation: f64,
     pub operators: Stat,
+    /// Inside the evaluation (a fresh checkout of the candidate for the evaluated
+    /// agent, the no-op engine, the summary); its stamping and archiving are the
+    /// framework's.
+    pub evaluation: Stat,
     /// The rest: the framework's own overhead per generation.
     pub framework: Stat,
     pub generations_per_second: f64,
@@ -95,18 +99,22 @@ pub fn measure(
     run_to(0)?;
     let archive = ws.join(".evolve").join("archive.jsonl");
     let lines_before = count_lines(&archive);
-    let (mut total, mut ops, mut rest) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut total, mut ops, mut evals, mut rest) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let calls_before = sb.call_tally().0;
     let started = Instant::now();
     for g in 1..=count.max(1) {
         let (_, op_before) = sb.call_tally();
+        let eval_before = driver.evaluation_time();
         let t = Instant::now();
         run_to(g)?;
         let whole = t.elapsed();
         let in_ops = sb.call_tally().1.saturating_sub(op_before);
+        let in_eval = driver.evaluation_time().saturating_sub(eval_before);
         total.push(whole);
         ops.push(in_ops);
-        rest.push(whole.saturating_sub(in_ops));
+        evals.push(in_eval);
+        rest.push(whole.saturating_sub(in_ops).saturating_sub(in_eval));
     }
     let elapsed = started.elapsed();
     let n = count.max(1);
@@ -117,6 +125,7 @@ pub fn measure(
         total: stat(total)?,
         operator_calls_per_generation: (sb.call_tally().0 - calls_before) as f64 / f64::from(n),
         operators: stat(ops)?,
+        evaluation: stat(evals)?,
         framework: stat(rest)?,
         generations_per_second: f64::from(n) / elapsed.as_secs_f64().max(1e-9),
         archive_events_per_generation: appended as f64 / f64::from(n),

@@ -8,7 +8,8 @@
 //! * one operator invocation: cold, cached in memory, cached on disk, against a
 //!   `python3` subprocess ([`invoke`]);
 //! * whole generations through the driver with the cheapest built-in operators and a
-//!   no-op evaluation engine, split into operator and framework time ([`generation`]).
+//!   no-op evaluation engine, split into operator, evaluation and framework time
+//!   ([`generation`]).
 //!
 //! Numbers are printed, never asserted: timing depends on the machine and its load.
 
@@ -269,6 +270,10 @@ fn print_generation(g: &generation::Generations) {
             g.operator_calls_per_generation
         ),
         &g.operators,
+    );
+    line(
+        "inside the evaluation (fresh checkout for the agent, no-op engine)",
+        &g.evaluation,
     );
     line("framework (the rest)", &g.framework);
     println!("  generations per second: {:.1}", g.generations_per_second);

@@ -198,7 +198,7 @@ impl Driver {
             super::stages::recorded_identities(&a.run_dir, upto),
         );
         self.append(types::STATUS, Some(&a.genid), body)?;
-        let _ = std::fs::remove_dir_all(&a.wt);
+        self.retire(&a.wt);
         let _ = std::fs::remove_file(a.run_dir.join(super::repair::FORK_MARKER));
         self.say(format!("gen {}: {status} ({stage}): {reason}", a.genid));
         Ok(())
@@ -265,15 +265,12 @@ impl Driver {
             std::fs::create_dir_all(p)
                 .map_err(|e| RunError::new(format!("cannot create {}: {e}", p.display())))?;
         }
-        self.ws
-            .store
-            .materialize(parent_commit, &a.wt)
-            .map_err(|e| {
-                RunError::new(format!(
-                    "cannot fork gen/{parent} into {}: {e}",
-                    a.wt.display()
-                ))
-            })?;
+        self.check_out(parent_commit, &a.wt).map_err(|e| {
+            RunError::new(format!(
+                "cannot fork gen/{parent} into {}: {e}",
+                a.wt.display()
+            ))
+        })?;
         super::stages::write_json(
             &a.run_dir.join(super::repair::FORK_MARKER),
             &json!({"parent": parent, "commit": parent_commit.to_string()}),
@@ -490,7 +487,7 @@ impl Driver {
         );
         self.append(types::GENERATION, Some(genid), body)?;
         self.ensure_tag(genid, commit)?;
-        let _ = std::fs::remove_dir_all(&a.wt);
+        self.keep_as_checkout(&a.wt, commit);
         let _ = std::fs::remove_file(a.run_dir.join(super::repair::FORK_MARKER));
         let notes = proposal
             .notes

@@ -14,6 +14,7 @@
 //! ends in the same state as an uninterrupted one.
 
 pub mod agent_driver;
+mod checkouts;
 pub mod child;
 pub mod evaluate;
 pub mod progress;
@@ -236,6 +237,11 @@ pub struct Driver {
     /// agent driver, if any (docs/driver.md).
     recipe: agent_driver::RecipeState,
     agent: Option<agent_driver::AgentDriver>,
+    /// Directories this run wrote, kept for reuse (`checkouts.rs`).
+    spares: checkouts::Spares,
+    /// Wall time spent in evaluations so far (checkout, engine, summary), for
+    /// `evolve bench` to tell the framework's own time from the evaluator's.
+    evaluation_time: Mutex<std::time::Duration>,
     _lock: RunLock,
 }
 
@@ -246,6 +252,7 @@ impl Driver {
             RunError::new(e.to_string()).hint("one run per workspace: wait for it or stop it first")
         })?;
         active_worktrees(&ws)?;
+        checkouts::clear_stale_spares(&ws.paths.runs());
         let mut archive = ws.archive_writer()?;
         let recovery = archive.recovery().clone();
         if !recovery.resigned.is_empty()
@@ -294,6 +301,8 @@ impl Driver {
             progress,
             recipe,
             agent: None,
+            spares: checkouts::Spares::default(),
+            evaluation_time: Mutex::default(),
             _lock: lock,
         })
     }
@@ -303,6 +312,14 @@ impl Driver {
     pub fn with_engine(mut self, engine: Arc<dyn Engine>) -> Driver {
         self.engine = engine;
         self
+    }
+
+    /// Wall time this driver has spent in evaluations (fresh checkout, engine,
+    /// summary), stamping and archiving them excluded.
+    pub fn evaluation_time(&self) -> std::time::Duration {
+        self.evaluation_time
+            .lock()
+            .map_or_else(|_| Default::default(), |t| *t)
     }
 
     pub(crate) fn say(&self, line: impl AsRef<str>) {
@@ -761,49 +778,6 @@ impl Driver {
             )?;
         }
         Ok(())
-    }
-
-    /// Remove a commit's shared checkout once nothing will read it again.
-    pub(crate) fn drop_commit_checkout(&self, commit: Oid) {
-        let _ = std::fs::remove_dir_all(
-            self.ws
-                .paths
-                .runs()
-                .join("checkouts")
-                .join(commit.to_string()),
-        );
-    }
-
-    /// A read-only checkout of `commit` shared by the stages that only read it (select,
-    /// gate, record, reflect): `runs/checkouts/<commit>`, materialized once, atomically.
-    pub(crate) fn commit_checkout(&self, commit: Oid) -> Result<std::path::PathBuf> {
-        let dir = self
-            .ws
-            .paths
-            .runs()
-            .join("checkouts")
-            .join(commit.to_string());
-        if dir.is_dir() {
-            return Ok(dir);
-        }
-        let tmp = self
-            .ws
-            .paths
-            .runs()
-            .join("checkouts")
-            .join(format!(".tmp-{commit}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&tmp);
-        if let Some(p) = tmp.parent() {
-            std::fs::create_dir_all(p)
-                .map_err(|e| RunError::new(format!("cannot create {}: {e}", p.display())))?;
-        }
-        self.ws
-            .store
-            .materialize(commit, &tmp)
-            .map_err(|e| RunError::new(format!("cannot check out {commit}: {e}")))?;
-        std::fs::rename(&tmp, &dir)
-            .map_err(|e| RunError::new(format!("cannot move {} into place: {e}", tmp.display())))?;
-        Ok(dir)
     }
 }
 

@@ -187,11 +187,15 @@ impl Driver {
             genid: req.genid.clone(),
             purpose: req.purpose.to_string(),
         });
+        let started = std::time::Instant::now();
         let result = tokio::select! {
             biased;
             () = self.cancel.cancelled() => None,
             r = super::evaluate::evaluate_with(&self.ws, self.engine.clone(), req, &self.progress) => Some(r),
         };
+        if let Ok(mut t) = self.evaluation_time.lock() {
+            *t += started.elapsed();
+        }
         let Some(result) = result else {
             let parent = req.parent.as_deref();
             return Err(self.cancelled(std::slice::from_ref(&req.genid), "evaluate", parent));

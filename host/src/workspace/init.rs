@@ -81,16 +81,13 @@ pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
 
     let store =
         Store::init(&root).map_err(|e| err(format!("cannot create the repository: {e}")))?;
-    let snap = store
-        .snapshot(
+    let (snap, commit) = store
+        .commit_first_packed(
             &root,
-            None,
             &SnapshotLimits::default(),
             &layout::skip_top_level,
+            "evolve: generation 0",
         )
-        .map_err(|e| err(format!("cannot snapshot the workspace: {e}")))?;
-    let commit = store
-        .commit(snap.tree, None, "evolve: generation 0", true)
         .map_err(|e| err(format!("cannot commit generation 0: {e}")))?;
     let evaluator_tree = store
         .subtree(commit, layout::EVALUATOR_DIR)

@@ -8,6 +8,10 @@
 //! - `replace_operator`: copy `/target/<config.path>` over `/operators/<config.content>`
 //!   (self-editing: the child's own stages load the replacement), then `climb`.
 //!
+//! - `descend`: write `0.<8-generation>` (a worse score each generation after the first)
+//!   into `/target/value.txt` and leave an empty directory `/target/junk/empty`, which a
+//!   snapshot does not store (for the checkout-recycling tests).
+//!
 //! `config.sleep_ms` busy-waits first (a reliably busy mutate for the kill tests).
 
 #[path = "../../attacks.rs"]
@@ -104,6 +108,15 @@ impl Mutate for ScriptedMutate {
                 ))
             }
             "none" => Ok(proposal(vec![], "no change".into())),
+            "descend" => {
+                let v = (8 - ctx.generation.min(7) as i64) as f64 / 10.0;
+                std::fs::write("/target/value.txt", format!("{v}\n")).map_err(|e| e.to_string())?;
+                std::fs::create_dir_all("/target/junk/empty").map_err(|e| e.to_string())?;
+                Ok(proposal(
+                    vec!["target/value.txt".into()],
+                    format!("value -> {v}"),
+                ))
+            }
             "dump" => {
                 for d in ["/target", "/feedback", "/scratch", "/operators"] {
                     dump(d);
