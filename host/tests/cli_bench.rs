@@ -83,9 +83,10 @@ fn bench_json_has_every_measurement() {
 
     let g = &r["generation"];
     assert_eq!(g["generations"], 1);
-    for k in ["total", "operators", "framework", "fdatasync"] {
+    for k in ["total", "operators", "evaluation", "framework", "fdatasync"] {
         stat_ok(&g[k], k);
     }
+    stat_ok(&r["file_creation_floor"], "file_creation_floor");
     // A select event and the child's outcome, at least.
     assert!(
         g["archive_events_per_generation"]

@@ -167,13 +167,7 @@ impl<'r> Writer<'r> {
         rel: &str,
         depth: usize,
     ) -> Result<Option<git2::Oid>, Error> {
-        if depth > MAX_DEPTH {
-            return Err(Error::LimitExceeded {
-                path: rel.to_string(),
-                limit: "directory depth",
-                max: MAX_DEPTH as u64,
-            });
-        }
+        check_depth(depth, rel)?;
         let recording = self.recorder.borrow().is_some();
         // The entries as a snapshot would store them, when recording.
         let mut stored = Vec::new();
@@ -307,13 +301,7 @@ impl<'r> Writer<'r> {
         rel: &str,
         depth: usize,
     ) -> Result<Option<git2::Oid>, Error> {
-        if depth > MAX_DEPTH {
-            return Err(Error::LimitExceeded {
-                path: rel.to_string(),
-                limit: "directory depth",
-                max: MAX_DEPTH as u64,
-            });
-        }
+        check_depth(depth, rel)?;
         let err = |ctx: &'static str| move |e: rustix::io::Errno| self.io(rel, ctx, e);
         // Git holds no directory modes; materialize writes 0755.
         let st = fstat(dfd).map_err(err("inspecting"))?;
@@ -429,13 +417,7 @@ impl<'r> Writer<'r> {
         path: &str,
         depth: usize,
     ) -> Result<(), Error> {
-        if depth > MAX_DEPTH {
-            return Err(Error::LimitExceeded {
-                path: path.to_string(),
-                limit: "directory depth",
-                max: MAX_DEPTH as u64,
-            });
-        }
+        check_depth(depth, path)?;
         let err = |ctx: &'static str| move |e: rustix::io::Errno| self.io(path, ctx, e);
         let sub = open_dir(dfd, name).map_err(err("opening"))?;
         if fstat(&sub).map_err(err("inspecting"))?.st_mode & 0o700 != 0o700 {
@@ -530,6 +512,18 @@ fn checked_name<'t>(e: &'t git2::TreeEntry<'_>, rel: &str) -> Result<&'t str, Er
         name: String::from_utf8_lossy(e.name_bytes()).into_owned(),
         path: join(rel, &String::from_utf8_lossy(e.name_bytes())),
     })
+}
+
+/// Refuse to go deeper than [`MAX_DEPTH`] (a hostile tree must not exhaust the stack).
+fn check_depth(depth: usize, path: &str) -> Result<(), Error> {
+    if depth > MAX_DEPTH {
+        return Err(Error::LimitExceeded {
+            path: path.to_string(),
+            limit: "directory depth",
+            max: MAX_DEPTH as u64,
+        });
+    }
+    Ok(())
 }
 
 /// Every name in the directory `dfd` but `.` and `..`.

@@ -46,13 +46,6 @@ fn listing(root: &Path) -> BTreeMap<String, String> {
     out
 }
 
-fn records_kept(dir: &Path) -> bool {
-    let fs = rustix::fs::statfs(dir).unwrap();
-    #[allow(clippy::unnecessary_cast)]
-    let magic = (fs.f_type as u64) & 0xFFFF_FFFF;
-    matches!(magic, 0xEF53 | 0x5846_5342 | 0x9123_683E)
-}
-
 struct Fixture {
     _tmp: tempfile::TempDir,
     ws: PathBuf,

@@ -13,24 +13,6 @@ use common::*;
 use evolve_snapshot::{ChangeKind::*, EntryKind, Error, Limits, Oid, Snapshot, Store};
 use rustix::fs::{AtFlags, CWD, Timespec, Timestamps, utimensat};
 
-/// Whether `dir`'s filesystem is one where `materialize` keeps records
-/// (ext2/3/4, XFS, Btrfs); elsewhere (tmpfs) every file is read and only
-/// the equality checks below mean anything.
-fn records_kept(dir: &Path) -> bool {
-    #[cfg(target_os = "linux")]
-    {
-        let fs = rustix::fs::statfs(dir).unwrap();
-        #[allow(clippy::unnecessary_cast)]
-        let magic = (fs.f_type as u64) & 0xFFFF_FFFF;
-        matches!(magic, 0xEF53 | 0x5846_5342 | 0x9123_683E)
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = dir;
-        false
-    }
-}
-
 /// A target of 120 files over nested directories, with an executable, a
 /// symlink to a file and one to a directory.
 fn seed_big(ws: &Path) {

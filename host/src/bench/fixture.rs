@@ -46,10 +46,7 @@ pub fn experiment(dir: &Path, files: usize) -> Result<(), String> {
         "#!/bin/sh\necho 1 > \"$EVOLVE_APP_DIR/answer.txt\"\n",
     )?;
     write(&target.join("params.json"), "{\"a\": 1.0}\n")?;
-    for i in 0..files {
-        let path = target.join(format!("src/m{:02}/f{i:04}.txt", i % 40));
-        write(&path, &format!("file {i}\n"))?;
-    }
+    source_files(&target, files)?;
     for t in 0..4 {
         let task = dir.join(format!("tasks/t{t}"));
         // A file, not an empty directory: git keeps no empty directories, so an empty
@@ -64,6 +61,15 @@ pub fn experiment(dir: &Path, files: usize) -> Result<(), String> {
         )?;
     }
     write(&dir.join("recipe.yaml"), RECIPE)
+}
+
+/// The target's `files` source files, in 40 directories under `dir/src`.
+pub fn source_files(dir: &Path, files: usize) -> Result<(), String> {
+    for i in 0..files {
+        let path = dir.join(format!("src/m{:02}/f{i:04}.txt", i % 40));
+        write(&path, &format!("file {i}\n"))?;
+    }
+    Ok(())
 }
 
 fn body(v: Value) -> Map<String, Value> {

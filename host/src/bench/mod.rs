@@ -65,6 +65,11 @@ pub struct Report {
     pub machine: machine::Machine,
     pub iterations: u32,
     pub table5: Vec<table5::Row>,
+    /// Creating the target's 1,000 files (in 40 directories) in a new directory on the
+    /// work disk with plain writes: the floor under any `init` that gives the workspace
+    /// a working copy, which on ext4 depends on how many files were deleted there in
+    /// the last minutes.
+    pub file_creation_floor: stats::Stat,
     pub operator_invocation: invoke::Invocation,
     pub generation: generation::Generations,
     pub goals: Vec<Goal>,
@@ -130,6 +135,9 @@ pub fn measure(work: &std::path::Path, n: usize) -> Result<Report, String> {
     let recipe_dir = work.join("experiment");
     fixture::experiment(&recipe_dir, table5::TARGET_FILES)?;
     let rows = table5::measure(&rt, &sb, work, &recipe_dir, n)?;
+    let file_creation_floor = stats::time(n, |i| {
+        fixture::source_files(&work.join(format!("floor-{i}")), table5::TARGET_FILES)
+    })?;
     let run_ws = table5::init_workspace(&rt, &sb, &recipe_dir, &work.join("ws-run"))?;
     let generation = generation::measure(&rt, &sb, &run_ws, u32::try_from(n).unwrap_or(u32::MAX))?;
     let invocation_dir = work.join("invoke");
@@ -139,6 +147,7 @@ pub fn measure(work: &std::path::Path, n: usize) -> Result<Report, String> {
         machine: machine::Machine::read(),
         iterations: u32::try_from(n).unwrap_or(u32::MAX),
         table5: rows,
+        file_creation_floor,
         operator_invocation,
         generation,
         goals,
@@ -293,6 +302,12 @@ fn print_report(r: &Report) {
     println!("evolve bench: {} samples per measurement", r.iterations);
     println!("machine: {}\n", r.machine.describe());
     print_table5(&r.table5);
+    println!(
+        "  (the floor under init on this disk: creating the target's {} files with plain writes takes {} median, {} P95)",
+        table5::TARGET_FILES,
+        ms(r.file_creation_floor.median_ms),
+        ms(r.file_creation_floor.p95_ms)
+    );
     println!();
     print_invocation(&r.operator_invocation);
     println!();

@@ -66,3 +66,21 @@ pub fn seeded_store(ws: &Path) -> (Store, Oid) {
     let c = store.commit(s.tree, None, "gen 0", true).unwrap();
     (store, c)
 }
+
+/// Whether `dir`'s filesystem is one where `materialize` keeps records
+/// (ext2/3/4, XFS, Btrfs); elsewhere (tmpfs) every file is read and only
+/// the equality checks below mean anything.
+pub fn records_kept(dir: &Path) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        let fs = rustix::fs::statfs(dir).unwrap();
+        #[allow(clippy::unnecessary_cast)]
+        let magic = (fs.f_type as u64) & 0xFFFF_FFFF;
+        matches!(magic, 0xEF53 | 0x5846_5342 | 0x9123_683E)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = dir;
+        false
+    }
+}
