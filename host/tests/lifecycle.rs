@@ -825,8 +825,10 @@ fn recycled_checkouts_hold_exactly_their_commit() {
     let kept = e.ws.join("runs/checkouts").join(gen1.to_string());
     assert!(!kept.join("target/junk").exists());
     assert_eq!(listing(&kept), listing(&fresh.join("1")));
-    // Discarded checkouts went round: each fork after the first discard took the spare
-    // the previous discard left, so one is left, not three.
+    // gen/0's checkout went round once gen 1 became the champion, and so did the
+    // discarded ones: each fork took the spare left before it, so one is left, not four.
+    let gen0 = store.tag_target("gen/0").unwrap().unwrap();
+    assert!(!e.ws.join("runs/checkouts").join(gen0.to_string()).exists());
     let spares = std::fs::read_dir(e.ws.join("runs/spare")).unwrap().count();
     assert_eq!(spares, 1);
 }

@@ -66,9 +66,9 @@ pub struct Report {
     pub iterations: u32,
     pub table5: Vec<table5::Row>,
     /// Creating the target's 1,000 files (in 40 directories) in a new directory on the
-    /// work disk with plain writes: the floor under any `init` that gives the workspace
-    /// a working copy, which on ext4 depends on how many files were deleted there in
-    /// the last minutes.
+    /// work disk with plain writes, just before each init sample: the floor under any
+    /// `init` that gives the workspace a working copy, which on ext4 depends on how many
+    /// files were deleted nearby in the last minutes.
     pub file_creation_floor: stats::Stat,
     pub operator_invocation: invoke::Invocation,
     pub generation: generation::Generations,
@@ -134,10 +134,7 @@ pub fn measure(work: &std::path::Path, n: usize) -> Result<Report, String> {
         .map_err(|e| format!("cannot start the sandbox: {e}"))?;
     let recipe_dir = work.join("experiment");
     fixture::experiment(&recipe_dir, table5::TARGET_FILES)?;
-    let rows = table5::measure(&rt, &sb, work, &recipe_dir, n)?;
-    let file_creation_floor = stats::time(n, |i| {
-        fixture::source_files(&work.join(format!("floor-{i}")), table5::TARGET_FILES)
-    })?;
+    let (rows, file_creation_floor) = table5::measure(&rt, &sb, work, &recipe_dir, n)?;
     let run_ws = table5::init_workspace(&rt, &sb, &recipe_dir, &work.join("ws-run"))?;
     let generation = generation::measure(&rt, &sb, &run_ws, u32::try_from(n).unwrap_or(u32::MAX))?;
     let invocation_dir = work.join("invoke");

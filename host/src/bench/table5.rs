@@ -10,6 +10,7 @@ use evolve_archive::{Archive, champion, eligibility};
 use evolve_snapshot::{Limits, Oid, Store, Surface};
 use serde::Serialize;
 use std::path::Path;
+use std::time::Instant;
 use tokio::runtime::Runtime;
 
 /// Files in the benchmark target (the issue's "realistic target").
@@ -40,19 +41,29 @@ fn row(operation: &'static str, what: &'static str, stat: Stat, rsihub_median_ms
 }
 
 /// Measure all six in `work` (an empty directory) for the recipe directory at
-/// `recipe_dir` (a [`fixture::experiment`]), `n` samples each.
+/// `recipe_dir` (a [`fixture::experiment`]), `n` samples each. Also returns the disk's
+/// file-creation floor under init: the target's files written with plain writes just
+/// before each init sample, so both see the same state of the filesystem.
 pub fn measure(
     rt: &Runtime,
     sb: &Sandbox,
     work: &Path,
     recipe_dir: &Path,
     n: usize,
-) -> Result<Vec<Row>, String> {
+) -> Result<(Vec<Row>, Stat), String> {
     // The first init compiles the five components (an installed binary has them cached).
     let ws = init_workspace(rt, sb, recipe_dir, &work.join("ws"))?;
-    let init_stat = time(n, |i| {
-        init_workspace(rt, sb, recipe_dir, &work.join(format!("ws-init-{i}")))
-    })?;
+    let (mut floor, mut inits) = (Vec::new(), Vec::new());
+    for i in 0..n.max(1) {
+        let t = Instant::now();
+        fixture::source_files(&work.join(format!("floor-{i}")), TARGET_FILES)?;
+        floor.push(t.elapsed());
+        let t = Instant::now();
+        init_workspace(rt, sb, recipe_dir, &work.join(format!("ws-init-{i}")))?;
+        inits.push(t.elapsed());
+    }
+    let stat = |v| Stat::of(v).ok_or("no init was measured");
+    let (init_stat, floor) = (stat(inits)?, stat(floor)?);
     let mut rows = vec![row(
         "workspace init",
         "`evolve init` of a 1,000-file target with four tasks and five built-in operators: recipe \
@@ -64,7 +75,7 @@ pub fn measure(
     rows.extend(worktree_and_surface(&ws, n)?);
     rows.push(archive_update(work, n)?);
     rows.extend(state_and_replay(work, n)?);
-    Ok(rows)
+    Ok((rows, floor))
 }
 
 /// `evolve init` of the recipe at `recipe_dir` into `dir`; returns the workspace root.

@@ -14,7 +14,8 @@
 //! - the child's worktree, after its commit, is reconciled to that commit and
 //!   renamed to `runs/checkouts/<commit>` for gate and record (instead of being
 //!   removed and the commit written out again);
-//! - a discarded child's checkout, and a stopped child's worktree, become spares;
+//! - a discarded child's checkout, a stopped child's worktree, and the previous
+//!   champion's checkout once select has moved on, become spares;
 //! - the next fork takes a spare and reconciles it to its parent's commit.
 //!
 //! Evaluation checkouts never go round: an evaluated agent is a native process,
@@ -37,6 +38,8 @@ const MAX_SPARES: usize = 4;
 pub(crate) struct Spares {
     dirs: Mutex<Vec<PathBuf>>,
     made: Mutex<u64>,
+    /// The commit whose checkout select read last (the champion's).
+    selected: Mutex<Option<Oid>>,
 }
 
 impl Spares {
@@ -142,6 +145,22 @@ impl Driver {
         if dir.is_dir() {
             self.retire(&dir);
         }
+    }
+
+    /// Select's checkout of the champion's `commit`. When the champion has changed, the
+    /// previous champion's checkout is read by no stage any more (forks are written from
+    /// commits, and gate and record read each child's own): it becomes a spare.
+    pub(crate) fn champion_checkout(&self, commit: Oid) -> Result<PathBuf> {
+        let previous = self
+            .spares
+            .selected
+            .lock()
+            .ok()
+            .and_then(|mut s| s.replace(commit));
+        if let Some(p) = previous.filter(|p| *p != commit) {
+            self.drop_commit_checkout(p);
+        }
+        self.commit_checkout(commit)
     }
 
     /// A read-only checkout of `commit` shared by the stages that only read it (select,

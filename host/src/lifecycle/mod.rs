@@ -705,7 +705,7 @@ impl Driver {
             ),
             None => (self.ws.genesis, "gen/0".to_string()),
         };
-        let checkout = self.commit_checkout(checkout_commit)?;
+        let checkout = self.champion_checkout(checkout_commit)?;
         let run_dir = self.ws.paths.run_dir(&genid_text).join("select");
         let archive_view = view::archive_view(
             &state.rows,
