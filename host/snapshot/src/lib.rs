@@ -232,8 +232,9 @@ impl Store {
     /// The repository's first commit, of the snapshot of `dir` (as
     /// [`Store::snapshot`] with no parent, then [`Store::commit`] advancing
     /// `HEAD`), with every object in one new pack instead of one loose file
-    /// each: a 1,000-file workspace would otherwise cost a thousand more
-    /// files, most of `evolve init`'s time. The objects are buffered in memory
+    /// each: a thousand fewer files for a 1,000-file workspace (which counts
+    /// when the file system is slow to allocate inodes), and nothing left for
+    /// the first run to pack. The objects are buffered in memory
     /// by a second handle on the repository (so this store's own writes are
     /// never redirected), written as a pack, and only then does the branch
     /// name the commit.

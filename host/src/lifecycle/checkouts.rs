@@ -33,18 +33,20 @@ use std::sync::Mutex;
 /// in flight).
 const MAX_SPARES: usize = 4;
 
-/// This process's spare directories.
+/// What this process knows about its recyclable directories.
 #[derive(Debug, Default)]
-pub(crate) struct Spares {
-    dirs: Mutex<Vec<PathBuf>>,
+pub(crate) struct Recycling {
+    /// Spare directories, each with the store's records.
+    spares: Mutex<Vec<PathBuf>>,
+    /// Spares named so far (for unique names).
     made: Mutex<u64>,
     /// The commit whose checkout select read last (the champion's).
-    selected: Mutex<Option<Oid>>,
+    champion: Mutex<Option<Oid>>,
 }
 
-impl Spares {
+impl Recycling {
     fn take(&self) -> Option<PathBuf> {
-        self.dirs.lock().ok()?.pop()
+        self.spares.lock().ok()?.pop()
     }
 
     fn next_name(&self, root: &Path) -> PathBuf {
@@ -78,7 +80,7 @@ impl Driver {
     /// scratch.
     pub(crate) fn check_out(&self, commit: Oid, dest: &Path) -> Result<()> {
         let store = &self.ws.store;
-        if let Some(spare) = self.spares.take() {
+        if let Some(spare) = self.recycling.take() {
             let reused = store
                 .move_worktree(&spare, dest)
                 .and_then(|_| store.reconcile(commit, dest));
@@ -102,17 +104,17 @@ impl Driver {
     pub(crate) fn retire(&self, dir: &Path) {
         let store = &self.ws.store;
         let full = self
+            .recycling
             .spares
-            .dirs
             .lock()
             .map_or(true, |d| d.len() >= MAX_SPARES);
         if !full {
             let root = self.spare_root();
-            let spare = self.spares.next_name(&root);
+            let spare = self.recycling.next_name(&root);
             let moved =
                 std::fs::create_dir_all(&root).is_ok() && store.move_worktree(dir, &spare).is_ok();
             if moved {
-                if let Ok(mut d) = self.spares.dirs.lock() {
+                if let Ok(mut d) = self.recycling.spares.lock() {
                     d.push(spare);
                 }
                 return;
@@ -152,8 +154,8 @@ impl Driver {
     /// commits, and gate and record read each child's own): it becomes a spare.
     pub(crate) fn champion_checkout(&self, commit: Oid) -> Result<PathBuf> {
         let previous = self
-            .spares
-            .selected
+            .recycling
+            .champion
             .lock()
             .ok()
             .and_then(|mut s| s.replace(commit));

@@ -238,7 +238,7 @@ pub struct Driver {
     recipe: agent_driver::RecipeState,
     agent: Option<agent_driver::AgentDriver>,
     /// Directories this run wrote, kept for reuse (`checkouts.rs`).
-    spares: checkouts::Spares,
+    recycling: checkouts::Recycling,
     /// Wall time spent in evaluations so far (checkout, engine, summary), for
     /// `evolve bench` to tell the framework's own time from the evaluator's.
     evaluation_time: Mutex<std::time::Duration>,
@@ -301,7 +301,7 @@ impl Driver {
             progress,
             recipe,
             agent: None,
-            spares: checkouts::Spares::default(),
+            recycling: checkouts::Recycling::default(),
             evaluation_time: Mutex::default(),
             _lock: lock,
         })
