@@ -387,8 +387,7 @@ impl<'r> Writer<'r> {
     }
 
     /// Remove the name `name` in `dfd` (in `rel`), a whole directory tree
-    /// included, never following a link. Permissions that would stop it are
-    /// widened first (a previous user of the directory may have set them).
+    /// included, and count it.
     fn remove(
         &self,
         dfd: BorrowedFd<'_>,
@@ -396,28 +395,27 @@ impl<'r> Writer<'r> {
         rel: &str,
         depth: usize,
     ) -> Result<(), Error> {
-        let path = join(rel, &String::from_utf8_lossy(name));
-        match unlinkat(dfd, name, AtFlags::empty()) {
-            Ok(()) => {
-                self.count(|d| d.removed += 1);
-                return Ok(());
-            }
-            Err(rustix::io::Errno::ISDIR) => {}
-            Err(e) => return Err(self.io(&path, "removing", e)),
-        }
-        self.remove_tree(dfd, name, &path, depth + 1)?;
+        self.unlink(dfd, name, &join(rel, &String::from_utf8_lossy(name)), depth)?;
         self.count(|d| d.removed += 1);
         Ok(())
     }
 
-    fn remove_tree(
+    /// Unlink `name` (at `path`) from `dfd`; a directory is emptied first,
+    /// never following a link. Permissions that would stop it are widened
+    /// (a previous user of the directory may have set them).
+    fn unlink(
         &self,
         dfd: BorrowedFd<'_>,
         name: &[u8],
         path: &str,
         depth: usize,
     ) -> Result<(), Error> {
-        check_depth(depth, path)?;
+        match unlinkat(dfd, name, AtFlags::empty()) {
+            Ok(()) => return Ok(()),
+            Err(rustix::io::Errno::ISDIR) => {}
+            Err(e) => return Err(self.io(path, "removing", e)),
+        }
+        check_depth(depth + 1, path)?;
         let err = |ctx: &'static str| move |e: rustix::io::Errno| self.io(path, ctx, e);
         let sub = open_dir(dfd, name).map_err(err("opening"))?;
         if fstat(&sub).map_err(err("inspecting"))?.st_mode & 0o700 != 0o700 {
@@ -425,13 +423,7 @@ impl<'r> Writer<'r> {
         }
         for child in list(sub.as_fd()).map_err(err("listing"))? {
             let child_path = join(path, &String::from_utf8_lossy(&child));
-            match unlinkat(&sub, child.as_slice(), AtFlags::empty()) {
-                Ok(()) => {}
-                Err(rustix::io::Errno::ISDIR) => {
-                    self.remove_tree(sub.as_fd(), &child, &child_path, depth + 1)?
-                }
-                Err(e) => return Err(self.io(&child_path, "removing", e)),
-            }
+            self.unlink(sub.as_fd(), &child, &child_path, depth + 1)?;
         }
         unlinkat(dfd, name, AtFlags::REMOVEDIR).map_err(err("removing"))
     }

@@ -69,11 +69,7 @@ impl Driver {
     }
 
     fn checkout_dir(&self, commit: Oid) -> PathBuf {
-        self.ws
-            .paths
-            .runs()
-            .join("checkouts")
-            .join(commit.to_string())
+        self.ws.paths.checkouts().join(commit.to_string())
     }
 
     /// Write `commit` into `dest` (absent): from a spare when there is one, else from
@@ -176,8 +172,7 @@ impl Driver {
         let tmp = self
             .ws
             .paths
-            .runs()
-            .join("checkouts")
+            .checkouts()
             .join(format!(".tmp-{commit}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
         if let Some(p) = tmp.parent() {

@@ -88,7 +88,7 @@ pub fn repair(ws: &Workspace) -> Result<Vec<String>> {
             .append(types::REPAIR, Some(&genid), body, &now())
             .map_err(|e| RunError::new(format!("archive: {e}")))?;
     }
-    for tmp in std::fs::read_dir(ws.paths.runs().join("checkouts"))
+    for tmp in std::fs::read_dir(ws.paths.checkouts())
         .into_iter()
         .flatten()
         .flatten()

@@ -81,6 +81,10 @@ impl Paths {
     pub fn runs(&self) -> PathBuf {
         self.root.join(RUNS_DIR)
     }
+    /// Read-only checkouts shared by select, gate and record (`runs/checkouts/<commit>`).
+    pub fn checkouts(&self) -> PathBuf {
+        self.runs().join("checkouts")
+    }
     pub fn worktrees(&self) -> PathBuf {
         self.runs().join("worktrees")
     }
