@@ -119,9 +119,63 @@ pub fn open(root: &Path) -> Result<Dir, TreeError> {
 pub fn walk(root: &Path, limits: TreeLimits) -> Result<Vec<Entry>, TreeError> {
     let dir = open(root)?;
     let mut out = Vec::new();
-    walk_dir(&dir, "", 0, limits, &mut out)?;
+    walk_dir(&dir, "", 0, limits, &mut out, &mut |_, _, _| Ok(true))?;
     Ok(out)
 }
+
+/// A regular file's contents, as [`read_tree`] read them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRead {
+    /// Path relative to the tree root, `/`-separated.
+    pub path: String,
+    pub executable: bool,
+    pub bytes: Vec<u8>,
+}
+
+/// [`walk`] `root` and read every regular file on the way, each through the walk's own
+/// directory handle with `O_NOFOLLOW` (a file swapped for a link after it was listed
+/// fails to open), within `limits` for each file and for all of them. Entries whose
+/// name `skip` accepts are neither listed nor entered.
+pub fn read_tree(
+    root: &Path,
+    limits: TreeLimits,
+    skip: &dyn Fn(&str) -> bool,
+) -> Result<(Vec<Entry>, Vec<FileRead>), TreeError> {
+    let dir = open(root)?;
+    let (mut entries, mut files, mut total) = (Vec::new(), Vec::new(), 0u64);
+    walk_dir(
+        &dir,
+        "",
+        0,
+        limits,
+        &mut entries,
+        &mut |dir, name, entry| {
+            if skip(name) {
+                return Ok(false);
+            }
+            if let EntryKind::File { executable, .. } = entry.kind {
+                let bytes = open_read(dir, name, &entry.path, limits.max_file_bytes)?;
+                total += bytes.len() as u64;
+                if total > limits.max_total_bytes {
+                    return Err(TreeError::TotalTooBig {
+                        limit: limits.max_total_bytes,
+                    });
+                }
+                files.push(FileRead {
+                    path: entry.path.clone(),
+                    executable,
+                    bytes,
+                });
+            }
+            Ok(true)
+        },
+    )?;
+    Ok((entries, files))
+}
+
+/// What [`walk_dir`] asks of each entry before listing it: given the entry's directory
+/// handle and name, `Ok(false)` leaves it out (and does not enter it).
+type Visit<'a> = dyn FnMut(&Dir, &str, &Entry) -> Result<bool, TreeError> + 'a;
 
 fn walk_dir(
     dir: &Dir,
@@ -129,6 +183,7 @@ fn walk_dir(
     depth: usize,
     limits: TreeLimits,
     out: &mut Vec<Entry>,
+    visit: &mut Visit<'_>,
 ) -> Result<(), TreeError> {
     if depth > limits.max_depth {
         return Err(TreeError::TooDeep {
@@ -184,13 +239,17 @@ fn walk_dir(
             EntryKind::Special
         };
         let is_dir = kind == EntryKind::Dir;
-        out.push(Entry {
+        let entry = Entry {
             path: path.clone(),
             kind,
-        });
+        };
+        if !visit(dir, &name, &entry)? {
+            continue;
+        }
+        out.push(entry);
         if is_dir {
             let sub = dir.open_dir(&name).map_err(|e| io_err(&path, e))?;
-            walk_dir(&sub, &path, depth + 1, limits, out)?;
+            walk_dir(&sub, &path, depth + 1, limits, out, visit)?;
         }
     }
     Ok(())
@@ -238,6 +297,17 @@ fn read_in(dir: &Dir, relative: &str, max_bytes: u64) -> Result<Vec<u8>, TreeErr
             limit: max_bytes,
         });
     }
+    open_read(&parent_dir, &name, relative, max_bytes)
+}
+
+/// Open `name` in `parent_dir` without following a link and read at most `max_bytes`
+/// of it (`relative` names it in errors).
+fn open_read(
+    parent_dir: &Dir,
+    name: &str,
+    relative: &str,
+    max_bytes: u64,
+) -> Result<Vec<u8>, TreeError> {
     let mut opts = cap_std::fs::OpenOptions::new();
     opts.read(true);
     {
@@ -247,7 +317,7 @@ fn read_in(dir: &Dir, relative: &str, max_bytes: u64) -> Result<Vec<u8>, TreeErr
         opts.custom_flags(libc_o_nofollow());
     }
     let file = parent_dir
-        .open_with(&name, &opts)
+        .open_with(name, &opts)
         .map_err(|e| io_err(relative, e))?;
     let mut buf = Vec::new();
     file.take(max_bytes + 1)

@@ -136,6 +136,62 @@ fn diff_shows_a_generation_against_its_parent_or_any_other() {
     assert!(stderr(&out).contains("no gen/7 tag"), "{}", text(&out));
 }
 
+/// The workspace keeps no working copy; `checkout` writes a generation out, taking its
+/// commit from the certified archive row, so a moved tag does not change what it writes.
+#[test]
+fn checkout_writes_a_generation_from_its_archived_commit_not_its_tag() {
+    let e = Exp::new(&Spec {
+        generations: 1,
+        ..Spec::default()
+    });
+    e.init();
+    let mut top: Vec<String> = std::fs::read_dir(&e.ws)
+        .unwrap()
+        .map(|d| d.unwrap().file_name().into_string().unwrap())
+        .collect();
+    top.sort();
+    assert_eq!(top, [".evolve", ".git"], "init writes no working copy");
+    e.run_ok(&["run", "ws", "--quiet"]);
+    let value =
+        |dir: &str| std::fs::read_to_string(e.root().join(dir).join("target/value.txt")).unwrap();
+
+    e.run_ok(&["checkout", "0", "seed", "-w", "ws"]);
+    assert_eq!(value("seed"), "0.1\n");
+    e.run_ok(&["checkout", "1", "one", "-w", "ws"]);
+    assert_ne!(value("one"), "0.1\n", "generation 1 mutated the value");
+    let champion = e.json(&["checkout", "champion", "best", "-w", "ws", "--json"]);
+    let genid = champion["genid"].as_str().unwrap();
+    assert_eq!(
+        value("best"),
+        value(if genid == "0" { "seed" } else { "one" })
+    );
+
+    let store = evolve_snapshot::Store::open(&e.ws).unwrap();
+    let gen0 = store.tag_target("gen/0").unwrap().unwrap();
+    std::fs::write(e.ws.join(".git/refs/tags/gen/1"), format!("{gen0}\n")).unwrap();
+    e.run_ok(&["checkout", "1", "again", "-w", "ws"]);
+    assert_eq!(
+        value("again"),
+        value("one"),
+        "the archive's commit, not the moved tag"
+    );
+
+    for (args, says) in [
+        (
+            vec!["checkout", "1", "one", "-w", "ws"],
+            "absent or empty directory",
+        ),
+        (
+            vec!["checkout", "7", "x", "-w", "ws"],
+            "not in the certified archive",
+        ),
+    ] {
+        let out = e.evolve(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        assert!(stderr(&out).contains(says), "{}", text(&out));
+    }
+}
+
 #[test]
 fn an_exported_bundle_verifies_without_the_workspace_or_the_key_and_tampering_is_found() {
     let e = Exp::new(&Spec::default());

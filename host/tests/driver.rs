@@ -245,7 +245,7 @@ fn an_honest_revision_is_stamped_on_the_next_generation_and_runs_it() {
 
 /// Gate and sealed task names, from the workspace's frozen task set.
 fn private_task_names(e: &Exp) -> Vec<String> {
-    let ts = read_json(&e.ws.join("evaluator/task-set.json"));
+    let ts = serde_json::from_str::<Value>(&e.gen0_file("evaluator/task-set.json")).unwrap();
     let mut out = Vec::new();
     for split in ["gate", "sealed"] {
         for t in ts["split"][split].as_array().unwrap() {

@@ -31,11 +31,13 @@ fn init_freezes_a_committed_workspace_and_refuses_to_overwrite_it() {
         "keys/archive.pub",
         ".gitignore",
     ] {
-        assert!(e.ws.join(f).is_file(), "{f} is missing");
+        assert!(!e.gen0_bytes(f).is_empty(), "{f} is empty");
+        assert!(
+            !e.ws.join(f).exists(),
+            "{f}: the workspace keeps no working copy"
+        );
     }
-    let manifest: Value =
-        serde_json::from_slice(&std::fs::read(e.ws.join("operators/manifest.json")).unwrap())
-            .unwrap();
+    let manifest: Value = serde_json::from_str(&e.gen0_file("operators/manifest.json")).unwrap();
     let m = &manifest["components"]["mutate"];
     assert_eq!(m["sha256"].as_str().unwrap().len(), 64);
     assert!(m["source"].as_str().unwrap().starts_with("file:"), "{m}");
@@ -228,9 +230,7 @@ fn an_evaluator_edit_in_the_child_tree_is_rejected_by_the_surface_check() {
 fn private_task_names_never_reach_an_operator() {
     let e = one_generation(json!({"action": "dump"}), &["target/**"]);
     e.run_ok(&["run", "ws"]);
-    let frozen: Value =
-        serde_json::from_slice(&std::fs::read(e.ws.join("evaluator/task-set.json")).unwrap())
-            .unwrap();
+    let frozen: Value = serde_json::from_str(&e.gen0_file("evaluator/task-set.json")).unwrap();
     let private: Vec<String> = ["gate", "sealed"]
         .iter()
         .flat_map(|s| {
@@ -472,10 +472,16 @@ fn the_tasks_capability_runs_train_tasks_only() {
     let e = Exp::new(&Spec::default());
     e.init();
     let ws = evolve::workspace::Workspace::open(&e.ws).unwrap();
+    let checkout = e.root().join("gen0");
+    ws.store.materialize(ws.genesis, &checkout).unwrap();
     let engine: std::sync::Arc<dyn evaluator_harbor::engine::Engine> =
         std::sync::Arc::new(evaluator_harbor::engine::local::LocalEngine::default());
-    let backend =
-        evolve::lifecycle::train::TrainTasks::new(&ws, engine, &e.ws, e.root().join("train-out"));
+    let backend = evolve::lifecycle::train::TrainTasks::new(
+        &ws,
+        engine,
+        &checkout,
+        e.root().join("train-out"),
+    );
     let train = backend.train_tasks();
     assert_eq!(train, ws.task_set.split.train);
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -97,14 +97,8 @@ fn a_mutated_select_script_steers_the_next_generation_and_is_archived() {
     );
     e.init();
     let builtin = evolve::workspace::init::builtin_script("select", "score_child_prop").unwrap();
-    assert_eq!(
-        std::fs::read_to_string(e.ws.join("operators/select/policy.rhai")).unwrap(),
-        builtin
-    );
-    let manifest: Value = serde_json::from_str(
-        &std::fs::read_to_string(e.ws.join("operators/manifest.json")).unwrap(),
-    )
-    .unwrap();
+    assert_eq!(e.gen0_file("operators/select/policy.rhai"), builtin);
+    let manifest: Value = serde_json::from_str(&e.gen0_file("operators/manifest.json")).unwrap();
     assert_eq!(
         manifest["components"]["select"]["script"],
         json!({"file": "operators/select/policy.rhai", "sha256": sha256(builtin), "source": "builtin:select/score_child_prop"})
@@ -426,10 +420,7 @@ fn rollout_analyze_and_mutate_scripts_edited_by_mutate_are_used_by_its_descendan
 
 /// The names of the gate and sealed tasks of a workspace.
 fn private_tasks(e: &Exp) -> Vec<String> {
-    let set: Value = serde_json::from_str(
-        &std::fs::read_to_string(e.ws.join("evaluator/task-set.json")).unwrap(),
-    )
-    .unwrap();
+    let set: Value = serde_json::from_str(&e.gen0_file("evaluator/task-set.json")).unwrap();
     let mut names = Vec::new();
     for split in ["gate", "sealed"] {
         for n in set["split"][split].as_array().unwrap_or(&vec![]) {
@@ -623,37 +614,26 @@ fn the_hyperagents_recipe_installs_its_operator_scripts() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", ws::text(&out));
-    let root = tmp.path().join("ws");
-    let manifest: Value = serde_json::from_str(
-        &std::fs::read_to_string(root.join("operators/manifest.json")).unwrap(),
-    )
-    .unwrap();
+    // The scripts are part of gen/0's commit, so mutate can evolve them like any file.
+    let store = evolve_snapshot::Store::open(&tmp.path().join("ws")).unwrap();
+    let gen0 = store.tag_target("gen/0").unwrap().unwrap();
+    let read = |path: &str| {
+        String::from_utf8(store.read_blob(gen0, path, 1 << 20).unwrap().unwrap()).unwrap()
+    };
+    let manifest: Value = serde_json::from_str(&read("operators/manifest.json")).unwrap();
     for (stage, path, builtin) in [
         ("select", "operators/select/policy.rhai", "score_child_prop"),
         ("gate", "operators/gate/policy.rhai", "parent_eligible"),
         ("record", "operators/record/notes.rhai", "notes"),
     ] {
         let text = evolve::workspace::init::builtin_script(stage, builtin).unwrap();
-        assert_eq!(
-            std::fs::read_to_string(root.join(path)).unwrap(),
-            text,
-            "{stage}"
-        );
+        assert_eq!(read(path), text, "{stage}");
         assert_eq!(manifest["components"][stage]["operator"], "script");
         assert_eq!(
             manifest["components"][stage]["script"]["sha256"],
             sha256(text)
         );
     }
-    // The scripts are part of gen/0's commit, so mutate can evolve them like any file.
-    let store = evolve_snapshot::Store::open(&root).unwrap();
-    let gen0 = store.tag_target("gen/0").unwrap().unwrap();
-    assert!(
-        store
-            .read_blob(gen0, "operators/select/policy.rhai", 1 << 20)
-            .unwrap()
-            .is_some()
-    );
 }
 
 #[test]

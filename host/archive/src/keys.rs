@@ -261,16 +261,22 @@ impl PublicKey {
         json!({ "algorithm": "ed25519", "experiment": self.experiment_id, "public_key": self.hex(), "key_id": self.key_id })
     }
 
-    /// Write the public key file (canonical JSON + newline), creating parent directories, via
-    /// a temporary file and rename, fsynced.
+    /// The bytes of the public key file: canonical JSON and a newline.
+    pub fn file_bytes(&self) -> Vec<u8> {
+        let mut bytes = canonical_bytes(&self.to_value());
+        bytes.push(b'\n');
+        bytes
+    }
+
+    /// Write the public key file ([`PublicKey::file_bytes`]), creating parent directories,
+    /// via a temporary file and rename, fsynced.
     pub fn write(&self, path: &Path) -> Result<(), KeyError> {
         let dir = path
             .parent()
             .filter(|d| !d.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
         fs::create_dir_all(dir).map_err(io(dir))?;
-        let mut bytes = canonical_bytes(&self.to_value());
-        bytes.push(b'\n');
+        let bytes = self.file_bytes();
         let tmp = dir.join(format!(
             ".{}.tmp",
             path.file_name()

@@ -49,6 +49,8 @@ pub enum Error {
     NotFound(String),
     /// A caller-supplied path is not a clean relative '/'-separated path.
     InvalidPath(String),
+    /// A path given twice, or as a file and as a directory holding others.
+    PathConflict(String),
     /// `read_blob` found something other than a regular file at `path`.
     NotAFile { path: String, found: &'static str },
     /// A surface glob does not parse.
@@ -106,6 +108,10 @@ impl fmt::Display for Error {
             Error::TagExists(t) => write!(f, "tag {t} already exists; expected a new tag name"),
             Error::InvalidTagName(t) => write!(f, "{t:?} is not a valid tag name"),
             Error::NotFound(what) => write!(f, "not found: {what}"),
+            Error::PathConflict(p) => write!(
+                f,
+                "{p:?}: given twice, or both as a file and as a directory; expected each path once"
+            ),
             Error::InvalidPath(p) => write!(
                 f,
                 "{p:?}: expected a relative '/'-separated path without empty, '.' or '..' components"

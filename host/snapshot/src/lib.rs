@@ -17,6 +17,7 @@
 
 mod cache;
 mod error;
+mod firstpack;
 mod materialize;
 mod pack;
 mod snapshot;
@@ -32,6 +33,7 @@ use git2::{ObjectType, Repository, RepositoryInitOptions, RepositoryOpenFlags, S
 
 pub use error::Error;
 use error::{git, io};
+pub use firstpack::NewFile;
 /// Object ids are git's; re-exported so callers need not depend on `git2`.
 pub use git2::Oid;
 pub use materialize::Reconciled;
@@ -143,7 +145,8 @@ impl std::fmt::Debug for Store {
 
 impl Store {
     /// Create a repository in `dir` (created if absent) with `HEAD` on an
-    /// unborn `main` branch. Refuses when `dir/.git` exists in any form.
+    /// unborn `main` branch, marked bare (`core.bare`: the store keeps no index
+    /// and no working tree). Refuses when `dir/.git` exists in any form.
     pub fn init(dir: &Path) -> Result<Store, Error> {
         let dotgit = dir.join(".git");
         if dotgit.symlink_metadata().is_ok() {
@@ -156,6 +159,12 @@ impl Store {
             "initializing a repository in {}",
             dir.display()
         )))?;
+        // There is no index and no working tree: trees are written and read
+        // directly. Saying so makes `git status` in `dir` report that, instead
+        // of listing every committed file as deleted.
+        repo.config()
+            .and_then(|mut c| c.set_bool("core.bare", true))
+            .map_err(git("marking the repository as having no working tree"))?;
         Ok(Store {
             repo,
             dir: dir.to_path_buf(),
@@ -229,47 +238,21 @@ impl Store {
         Ok(snapshot)
     }
 
-    /// The repository's first commit, of the snapshot of `dir` (as
-    /// [`Store::snapshot`] with no parent, then [`Store::commit`] advancing
-    /// `HEAD`), with every object in one new pack instead of one loose file
-    /// each: a thousand fewer files for a 1,000-file workspace (which counts
-    /// when the file system is slow to allocate inodes), and nothing left for
-    /// the first run to pack. The objects are buffered in memory
-    /// by a second handle on the repository (so this store's own writes are
-    /// never redirected), written as a pack, and only then does the branch
-    /// name the commit.
-    pub fn commit_first_packed(
-        &self,
-        dir: &Path,
-        limits: &Limits,
-        skip: &dyn Fn(&str) -> bool,
-        message: &str,
-    ) -> Result<(Snapshot, Oid), Error> {
-        let repo = Repository::open_ext(&self.dir, RepositoryOpenFlags::NO_SEARCH, [] as [&str; 0])
-            .map_err(git("opening the repository again"))?;
-        let odb = repo.odb().map_err(git("opening the object database"))?;
-        // Above the loose and pack backends: every write lands here.
-        let mempack = odb
-            .add_new_mempack_backend(1000)
-            .map_err(git("buffering objects in memory"))?;
-        let (snapshot, _) = snapshot::snapshot(&repo, &self.cache, None, dir, None, limits, skip)?;
-        // The pack holds what the commit reaches (libgit2 packs a mempack by
-        // its commits).
-        let commit = write_commit(&repo, snapshot.tree, None, message, None)?;
-        let mut pack = git2::Buf::new();
-        mempack
-            .dump(&repo, &mut pack)
-            .map_err(git("assembling a pack"))?;
-        let mut writer = odb.packwriter().map_err(git("starting a pack"))?;
-        std::io::Write::write_all(&mut writer, &pack).map_err(io(
-            self.repo.path().join("objects/pack"),
-            "writing a pack in",
-        ))?;
-        writer.commit().map_err(git("indexing the pack"))?;
+    /// The repository's first commit, of a tree given in memory: `files`
+    /// (every file of it; directories follow from the paths, empty ones do not
+    /// exist in git). The blobs and trees go into one new pack, synced before
+    /// the commit names them (see `firstpack.rs` for why this store writes that
+    /// pack itself); the commit is written as [`Store::commit`] does, then
+    /// `HEAD`'s branch names it. Nothing is written in the workspace itself.
+    /// Refuses unclean paths, any-case `.git` components and a path given twice
+    /// or as both a file and a directory, before writing anything.
+    pub fn commit_first(&self, files: &[NewFile], message: &str) -> Result<(Oid, Oid), Error> {
+        let tree = firstpack::write_tree(&self.repo.path().join("objects"), files)?;
         self.repo
             .odb()
             .and_then(|o| o.refresh())
             .map_err(git("rescanning packs"))?;
+        let commit = write_commit(&self.repo, tree, None, message, None)?;
         let branch = self
             .repo
             .find_reference("HEAD")
@@ -279,7 +262,7 @@ impl Store {
         self.repo
             .reference(&branch, commit, false, message)
             .map_err(git(format!("pointing {branch} at the first commit")))?;
-        Ok((snapshot, commit))
+        Ok((tree, commit))
     }
 
     /// How many files snapshots of this store have taken from the records

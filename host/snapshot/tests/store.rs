@@ -319,51 +319,6 @@ fn same_size_edits_are_seen_and_packing_keeps_every_object() {
     );
 }
 
-/// Loose object files under `.git/objects`.
-fn loose_objects(ws: &std::path::Path) -> usize {
-    std::fs::read_dir(ws.join(".git/objects"))
-        .unwrap()
-        .flatten()
-        .filter(|d| d.file_name().len() == 2)
-        .map(|d| std::fs::read_dir(d.path()).unwrap().count())
-        .sum()
-}
-
-#[test]
-fn a_packed_first_commit_equals_the_loose_one_and_later_writes_still_land() {
-    let a = tempfile::tempdir().unwrap();
-    let b = tempfile::tempdir().unwrap();
-    seed(a.path());
-    seed(b.path());
-    let loose = Store::init(a.path()).unwrap();
-    let expected = snap(&loose, a.path(), None);
-    let packed = Store::init(b.path()).unwrap();
-    let (s, c) = packed
-        .commit_first_packed(b.path(), &Limits::default(), &skip, "gen 0")
-        .unwrap();
-    assert_eq!(s, expected, "same tree, same changes");
-    assert_eq!(loose_objects(b.path()), 0, "every object is in the pack");
-    assert_eq!(packed.head().unwrap(), Some(c), "HEAD's branch names it");
-    assert_eq!(packed.tree_of(c).unwrap(), s.tree);
-    // A fresh store reads it all, and this store's own writes still land on disk.
-    let again = Store::open(b.path()).unwrap();
-    let out = b.path().join("runs/out");
-    again.materialize(c, &out).unwrap();
-    assert_eq!(
-        std::fs::read_to_string(out.join("target/agent.py")).unwrap(),
-        "print('hi')\n"
-    );
-    common::write(&out, "target/agent.py", "print('child')\n");
-    let child = snap(&packed, &out, Some(c));
-    let c1 = packed.commit(child.tree, Some(c), "gen 1", false).unwrap();
-    assert!(
-        loose_objects(b.path()) >= 2,
-        "blob, trees and commit, loose"
-    );
-    let fresh = Store::open(b.path()).unwrap();
-    assert_eq!(fresh.diff(c, c1).unwrap().len(), 1);
-}
-
 /// Tag answers are cached by the tag file's `lstat`: a tag moved afterwards, by a
 /// rename or by rewriting the file in place with its mtime put back, is seen.
 #[test]

@@ -67,8 +67,8 @@ pub struct Report {
     pub table5: Vec<table5::Row>,
     /// Creating the target's 1,000 files (in 40 directories) in a new directory on the
     /// work disk with plain writes, just before each init sample: the floor under any
-    /// `init` that gives the workspace a working copy, which on ext4 depends on how many
-    /// files were deleted nearby in the last minutes.
+    /// operation that writes the target out (the candidate worktree row), which on ext4
+    /// depends on how many files were deleted nearby in the last minutes.
     pub file_creation_floor: stats::Stat,
     pub operator_invocation: invoke::Invocation,
     pub generation: generation::Generations,
@@ -300,7 +300,7 @@ fn print_report(r: &Report) {
     println!("machine: {}\n", r.machine.describe());
     print_table5(&r.table5);
     println!(
-        "  (the floor under init on this disk: creating the target's {} files with plain writes takes {} median, {} P95)",
+        "  (the file-creation floor of this disk, under any operation that writes the target out: creating its {} files with plain writes takes {} median, {} P95)",
         table5::TARGET_FILES,
         ms(r.file_creation_floor.median_ms),
         ms(r.file_creation_floor.p95_ms)

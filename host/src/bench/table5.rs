@@ -42,8 +42,9 @@ fn row(operation: &'static str, what: &'static str, stat: Stat, rsihub_median_ms
 
 /// Measure all six in `work` (an empty directory) for the recipe directory at
 /// `recipe_dir` (a [`fixture::experiment`]), `n` samples each. Also returns the disk's
-/// file-creation floor under init: the target's files written with plain writes just
-/// before each init sample, so both see the same state of the filesystem.
+/// file-creation floor: the target's files written with plain writes just before each
+/// init sample (what any operation that writes the target out, such as the candidate
+/// worktree, cannot go below on this disk in its current state).
 pub fn measure(
     rt: &Runtime,
     sb: &Sandbox,
@@ -67,8 +68,8 @@ pub fn measure(
     let mut rows = vec![row(
         "workspace init",
         "`evolve init` of a 1,000-file target with four tasks and five built-in operators: recipe \
-         check (each component normalizes its config), files, task-set freeze, git snapshot + \
-         commit + tag, key, archive genesis (fsynced)",
+         check (each component normalizes its config), reading the target, task-set freeze, gen/0 \
+         written from memory as one synced pack + commit + tag, key, archive genesis (fsynced)",
         init_stat,
         155.0,
     )];

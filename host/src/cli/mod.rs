@@ -82,6 +82,11 @@ enum Command {
     Show(workspace::GenArgs),
     /// What changed in target/ and operators/ between two generations.
     Diff(diff::DiffArgs),
+    /// Write a generation's files (as its certified archive row names them) into a new directory.
+    #[command(
+        after_help = "The workspace keeps generations only as commits; this is how to look at one,\nor take the champion away.\n\nExamples:\n  evolve checkout champion ./best -w ws\n  evolve checkout 0 ./seed -w ws --json"
+    )]
+    Checkout(workspace::CheckoutArgs),
     /// Recompute everything from the evidence: chain, signatures, stamps, tags, evaluator tree, champion.
     #[command(
         after_help = "Exit status: 0 verified, 1 findings (tampering or damage), 2 usage errors.\n\nExamples:\n  evolve verify ws\n  evolve verify --bundle ./evidence      # an `evolve export`, with the public key only\n  evolve verify ws --json"
@@ -201,6 +206,7 @@ pub fn main() -> ExitCode {
         Command::Show(a) => workspace::show_cmd(a),
         Command::Verify(a) => verify::verify_cmd(a),
         Command::Diff(a) => diff::diff_cmd(a),
+        Command::Checkout(a) => workspace::checkout_cmd(a),
         Command::Export(a) => export_cmd(a),
         Command::Completions(a) => completions_cmd(a),
         Command::Repair(a) => workspace::repair_cmd(a),

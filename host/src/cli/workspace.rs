@@ -97,6 +97,19 @@ pub struct GenArgs {
     pub json: bool,
 }
 
+#[derive(Args)]
+pub struct CheckoutArgs {
+    /// A generation id (e.g. `3` or `3-1`), or `champion`.
+    pub genid: String,
+    /// The directory to write (must not exist, or be empty).
+    pub dest: PathBuf,
+    /// The workspace (default: the current directory).
+    #[arg(long, short, default_value = ".")]
+    pub workspace: PathBuf,
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// A sandbox with the user's compile cache; fuel metering when a binding asks for it.
 pub(crate) fn sandbox_for(fuel: bool) -> Result<Arc<Sandbox>, CliError> {
     Sandbox::new(SandboxConfig {
@@ -651,6 +664,55 @@ pub fn repair_cmd(a: DirArgs) -> CliResult {
             } else {
                 format!("{} item(s)", actions.len())
             }
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `evolve checkout`: the commit a certified archive row records (never a tag, which
+/// could have been moved) written into a new directory.
+pub fn checkout_cmd(a: CheckoutArgs) -> CliResult {
+    let ws = Workspace::open(&a.workspace)?;
+    let report = audit(&ws);
+    let genid = if a.genid == "champion" {
+        let champion = report.champion.as_ref().ok_or_else(|| {
+            CliError::usage("the workspace has no champion yet")
+                .hint("`evolve status` shows the generations; check out one by its id")
+        })?;
+        champion.genid.clone()
+    } else {
+        a.genid.clone()
+    };
+    let row = report
+        .rows
+        .iter()
+        .find(|r| r.genid == genid)
+        .ok_or_else(|| {
+            CliError::usage(format!(
+                "generation `{genid}` is not in the certified archive"
+            ))
+            .hint("`evolve log` lists the generations")
+        })?;
+    let commit = row
+        .commit
+        .as_deref()
+        .and_then(|c| evolve_snapshot::Oid::from_str(c).ok())
+        .ok_or_else(|| {
+            CliError::usage(format!(
+                "generation `{genid}` has no committed tree (it stopped before its snapshot)"
+            ))
+        })?;
+    ws.store.materialize(commit, &a.dest).map_err(|e| {
+        CliError::usage(format!("cannot write generation `{genid}`: {e}"))
+            .at(a.dest.display().to_string())
+    })?;
+    if a.json {
+        print_json(&json!({"genid": genid, "commit": commit.to_string(), "dir": a.dest}));
+    } else {
+        println!(
+            "generation {genid} (commit {}) written to {}",
+            &commit.to_string()[..12],
+            a.dest.display()
         );
     }
     Ok(ExitCode::SUCCESS)

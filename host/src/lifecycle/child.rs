@@ -824,7 +824,9 @@ impl Driver {
         self.append(types::RECORD, Some(genid), body)
     }
 
-    /// Reflect, loaded from the workspace head; best effort (a failure is logged only).
+    /// Reflect, loaded from the workspace head (`gen/0`'s commit: the branch never moves
+    /// for children) in its shared read-only checkout; best effort (a failure is logged
+    /// only).
     async fn reflect(&self, genid: &str, parent: Option<&str>) -> Result<()> {
         if !self.stages.enabled(Stage::Reflect) {
             return Ok(());
@@ -838,7 +840,7 @@ impl Driver {
         );
         let playbook = playbook_entries(&state);
         let ctx = self.stages.context(Stage::Reflect, genid, parent);
-        let root = self.ws.root().to_path_buf();
+        let root = self.commit_checkout(self.ws.genesis)?;
         let meter = Meter::default();
         let reflect_dir = self.ws.paths.run_dir(genid).join("reflect");
         let out = self

@@ -1,21 +1,29 @@
 //! `evolve init`: create a workspace, commit it and tag `gen/0`.
 //!
-//! Order matters for crash safety: files are written first, then the repository and its
-//! first commit, then the signing key and the archive's genesis events, and the `gen/0`
-//! tag last. A workspace without `gen/0` is not a workspace (`Workspace::open` refuses it),
-//! so an interrupted init is visibly incomplete and `init` into the same directory refuses
-//! to overwrite it.
+//! Generation 0 is assembled in memory (target, task set, frozen operators, normalized
+//! recipe, public key) and written straight into the repository as one pack: the
+//! workspace holds no working copy of it. The framework reads everything from `gen/0`'s
+//! commit anyway, and each stage gets its own checkout under `runs/`; a copy at the
+//! root would only be a second, non-authoritative version that invites edits which
+//! change nothing (`evolve checkout` writes any generation out to look at).
+//!
+//! Order matters for crash safety: the repository first, then its first commit (synced),
+//! then the signing key and the archive's genesis events, and the `gen/0` tag last. A
+//! workspace without `gen/0` is not a workspace (`Workspace::open` refuses it), so an
+//! interrupted init is visibly incomplete and `init` into the same directory refuses to
+//! overwrite it.
 
 use super::layout::{self, Paths};
 use super::{EngineConfig, Result, Workspace, err, key_path, now};
 use crate::builtin;
 use crate::recipe::{self, Recipe};
-use crate::safe_tree::{self, EntryKind, TreeLimits};
+use crate::safe_tree::{self, EntryKind, FileRead, TreeLimits};
 use crate::sandbox::{Sandbox, parse_stage};
 use evaluator_harbor::split::{FrozenTaskSet, SplitName, SplitRatios};
 use evolve_archive::{Archive, ExperimentKey, types};
-use evolve_snapshot::{Limits as SnapshotLimits, Store};
+use evolve_snapshot::{NewFile, Store};
 use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// What `evolve init` was asked for.
@@ -59,35 +67,29 @@ pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
         .map_err(|e| err(format!("cannot create {}: {e}", req.dir.display())))?;
     let root = std::fs::canonicalize(&req.dir)
         .map_err(|e| err(format!("cannot resolve {}: {e}", req.dir.display())))?;
-    write_target(&recipe, &req.recipe_base, &root)?;
-    let task_set = write_evaluator(&recipe, &req.recipe_base, &root)?;
-    write_operators(&recipe, &req.recipe_base, &root)?;
-    write_text(
-        &root.join(layout::RECIPE_FILE),
+    let store =
+        Store::init(&root).map_err(|e| err(format!("cannot create the repository: {e}")))?;
+    let mut files = Gen0::default();
+    add_target(&recipe, &req.recipe_base, &mut files)?;
+    let task_set = add_evaluator(&recipe, &req.recipe_base, &store, &mut files)?;
+    add_operators(&recipe, &req.recipe_base, &mut files)?;
+    files.text(
+        layout::RECIPE_FILE,
         &format!(
-            "# The normalized recipe of this experiment (every default filled in). The\n# framework reads it from gen/0's commit; editing this copy changes nothing.\n{}",
+            "# The normalized recipe of this experiment (every default filled in). The\n# framework reads it from gen/0's commit.\n{}",
             serde_yaml::to_string(&normalized)
                 .map_err(|e| err(format!("cannot render the recipe: {e}")))?
         ),
-    )?;
-    write_text(&root.join(layout::GITIGNORE), layout::GITIGNORE_TEXT)?;
+    );
+    files.text(layout::GITIGNORE, layout::GITIGNORE_TEXT);
     let experiment_id = experiment_id(&recipe.experiment.name);
     let key_path = key_path(&experiment_id)?;
     let key = ExperimentKey::create(&key_path, &experiment_id)
         .map_err(|e| err(format!("cannot create the signing key: {e}")))?;
-    key.public()
-        .write(&root.join(layout::PUBLIC_KEY_FILE))
-        .map_err(|e| err(format!("cannot write the public key: {e}")))?;
+    files.add(layout::PUBLIC_KEY_FILE, false, key.public().file_bytes());
 
-    let store =
-        Store::init(&root).map_err(|e| err(format!("cannot create the repository: {e}")))?;
-    let (snap, commit) = store
-        .commit_first_packed(
-            &root,
-            &SnapshotLimits::default(),
-            &layout::skip_top_level,
-            "evolve: generation 0",
-        )
+    let (tree, commit) = store
+        .commit_first(&files.into_list(), "evolve: generation 0")
         .map_err(|e| err(format!("cannot commit generation 0: {e}")))?;
     let evaluator_tree = store
         .subtree(commit, layout::EVALUATOR_DIR)
@@ -114,7 +116,7 @@ pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
     let mut gen0 = Map::new();
     gen0.insert("parent".into(), Value::Null);
     gen0.insert("commit".into(), json!(commit.to_string()));
-    gen0.insert("tree".into(), json!(snap.tree.to_string()));
+    gen0.insert("tree".into(), json!(tree.to_string()));
     archive
         .append(types::GENERATION, Some("0"), gen0, &now())
         .map_err(|e| err(format!("cannot write the archive: {e}")))?;
@@ -198,16 +200,33 @@ fn experiment_id(name: &str) -> String {
     format!("{safe}-{}", evolve_archive::canonical::hex(&bytes))
 }
 
-fn write_text(path: &Path, text: &str) -> Result<()> {
-    if let Some(p) = path.parent() {
-        std::fs::create_dir_all(p)
-            .map_err(|e| err(format!("cannot create {}: {e}", p.display())))?;
-    }
-    std::fs::write(path, text).map_err(|e| err(format!("cannot write {}: {e}", path.display())))
+/// The files of generation 0, by path. A later file at a path replaces an earlier one.
+#[derive(Default)]
+struct Gen0 {
+    files: BTreeMap<String, NewFile>,
 }
 
-fn write_target(recipe: &Recipe, base: &Path, root: &Path) -> Result<()> {
-    let dest = root.join(layout::TARGET_DIR);
+impl Gen0 {
+    fn add(&mut self, path: &str, executable: bool, bytes: Vec<u8>) {
+        let file = NewFile {
+            path: path.to_string(),
+            executable,
+            bytes,
+        };
+        self.files.insert(file.path.clone(), file);
+    }
+
+    fn text(&mut self, path: &str, text: &str) {
+        self.add(path, false, text.as_bytes().to_vec());
+    }
+
+    fn into_list(self) -> Vec<NewFile> {
+        self.files.into_values().collect()
+    }
+}
+
+fn add_target(recipe: &Recipe, base: &Path, files: &mut Gen0) -> Result<()> {
+    let under = |p: &str| format!("{}/{p}", layout::TARGET_DIR);
     if let Some(name) = &recipe.target.seed {
         let seed = builtin::seed(name).ok_or_else(|| {
             let known: Vec<&str> = builtin::SEEDS.iter().map(|s| s.name).collect();
@@ -216,34 +235,91 @@ fn write_target(recipe: &Recipe, base: &Path, root: &Path) -> Result<()> {
                 known.join(", ")
             ))
         })?;
-        return seed
-            .write_target(&dest)
-            .map_err(|e| err(format!("cannot write the seed target: {e}")));
+        for f in seed.target {
+            files.add(&under(f.path), f.executable, f.bytes.to_vec());
+        }
+        return Ok(());
     }
     let Some(path) = &recipe.target.path else {
         return Err(err(
             "the recipe names no target (target.seed or target.path)",
         ));
     };
-    copy_tree(&resolve(base, path), &dest, "target.path")
+    for f in read_user_tree(&resolve(base, path), "target.path")? {
+        files.add(&under(&f.path), f.executable, f.bytes);
+    }
+    Ok(())
 }
 
-fn write_evaluator(recipe: &Recipe, base: &Path, root: &Path) -> Result<FrozenTaskSet> {
-    let tasks_dir = root.join(layout::TASKS_DIR);
+/// Put the task set into generation 0 and freeze it. The freeze reads a directory, so
+/// the tasks are also written, exactly as they will be checked out (files only: git
+/// keeps no empty directory), into a scratch directory inside `.git` that is removed
+/// afterwards.
+fn add_evaluator(
+    recipe: &Recipe,
+    base: &Path,
+    store: &Store,
+    files: &mut Gen0,
+) -> Result<FrozenTaskSet> {
     let dataset = &recipe.evaluator.dataset;
-    match builtin::seed(dataset) {
+    let tasks: Vec<FileRead> = match builtin::seed(dataset) {
         Some(seed) if !seed.tasks.is_empty() => seed
-            .write_tasks(&tasks_dir)
-            .map_err(|e| err(format!("cannot write the built-in task set: {e}")))?,
-        _ => copy_tree(&resolve(base, dataset), &tasks_dir, "evaluator.dataset")?,
+            .tasks
+            .iter()
+            .map(|f| FileRead {
+                path: f.path.to_string(),
+                executable: f.executable,
+                bytes: f.bytes.to_vec(),
+            })
+            .collect(),
+        _ => read_user_tree(&resolve(base, dataset), "evaluator.dataset")?,
+    };
+    let scratch = store.dir().join(".git").join("evolve-init-tasks");
+    let frozen = write_scratch(&scratch, &tasks).and_then(|()| freeze(recipe, &scratch));
+    let _ = std::fs::remove_dir_all(&scratch);
+    let frozen = frozen?;
+    for f in tasks {
+        files.add(
+            &format!("{}/{}", layout::TASKS_DIR, f.path),
+            f.executable,
+            f.bytes,
+        );
     }
+    files.text(layout::TASK_SET_FILE, &(frozen.to_json() + "\n"));
+    let engine = EngineConfig::from_recipe(recipe);
+    files.text(
+        layout::ENGINE_FILE,
+        &(serde_json::to_string_pretty(&engine).unwrap_or_default() + "\n"),
+    );
+    Ok(frozen)
+}
+
+fn write_scratch(dir: &Path, tasks: &[FileRead]) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    for f in tasks {
+        let path = dir.join(&f.path);
+        if let Some(p) = path.parent() {
+            std::fs::create_dir_all(p)
+                .map_err(|e| err(format!("cannot create {}: {e}", p.display())))?;
+        }
+        std::fs::write(&path, &f.bytes)
+            .map_err(|e| err(format!("cannot write {}: {e}", path.display())))?;
+        if f.executable {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+                .map_err(|e| err(format!("cannot chmod {}: {e}", path.display())))?;
+        }
+    }
+    Ok(())
+}
+
+fn freeze(recipe: &Recipe, tasks_dir: &Path) -> Result<FrozenTaskSet> {
     let e = &recipe.evaluator;
     let ratios = SplitRatios {
         train: e.splits.train,
         gate: e.splits.gate,
         sealed: e.splits.sealed,
     };
-    let frozen = FrozenTaskSet::freeze(&tasks_dir, ratios, e.splits.seed, e.repetitions)
+    let frozen = FrozenTaskSet::freeze(tasks_dir, ratios, e.splits.seed, e.repetitions)
         .map_err(|e| err(format!("cannot freeze the task set: {e}")))?;
     if frozen.split.gate.is_empty() {
         return Err(err(format!(
@@ -253,35 +329,20 @@ fn write_evaluator(recipe: &Recipe, base: &Path, root: &Path) -> Result<FrozenTa
         ))
         .hint("raise evaluator.splits.gate or add tasks"));
     }
-    write_text(
-        &root.join(layout::TASK_SET_FILE),
-        &(frozen.to_json() + "\n"),
-    )?;
-    let engine = EngineConfig::from_recipe(recipe);
-    write_text(
-        &root.join(layout::ENGINE_FILE),
-        &(serde_json::to_string_pretty(&engine).unwrap_or_default() + "\n"),
-    )?;
     Ok(frozen)
 }
 
 /// Freeze every bound operator into `operators/<stage>.wasm`, with a manifest of digests
 /// and sources.
-fn write_operators(recipe: &Recipe, base: &Path, root: &Path) -> Result<()> {
+fn add_operators(recipe: &Recipe, base: &Path, files: &mut Gen0) -> Result<()> {
     let mut manifest = Map::new();
-    let mut scripts = std::collections::BTreeMap::new();
+    let mut scripts = BTreeMap::new();
     for (stage, binding) in &recipe.operators {
         if parse_stage(stage).is_none() {
             continue;
         }
         let (bytes, source) = operator_bytes(stage, &binding.operator, base)?;
         let rel = layout::component_path(stage);
-        let path = root.join(&rel);
-        if let Some(p) = path.parent() {
-            std::fs::create_dir_all(p)
-                .map_err(|e| err(format!("cannot create {}: {e}", p.display())))?;
-        }
-        std::fs::write(&path, &bytes).map_err(|e| err(format!("cannot write {rel}: {e}")))?;
         let mut entry = json!({
             "file": rel,
             "operator": binding.operator,
@@ -289,19 +350,21 @@ fn write_operators(recipe: &Recipe, base: &Path, root: &Path) -> Result<()> {
             "bytes": bytes.len(),
             "source": source,
         });
-        if let Some(script) = install_script(stage, binding, base, root, &mut scripts)? {
+        files.add(&rel, false, bytes);
+        if let Some(script) = install_script(stage, binding, base, files, &mut scripts)? {
             entry["script"] = script;
         }
         manifest.insert(stage.clone(), entry);
     }
-    write_text(
-        &root.join(layout::COMPONENTS_MANIFEST),
+    files.text(
+        layout::COMPONENTS_MANIFEST,
         &(serde_json::to_string_pretty(
             &json!({"schema": "evolve.components.v1", "components": manifest}),
         )
         .unwrap_or_default()
             + "\n"),
-    )
+    );
+    Ok(())
 }
 
 /// Shipped operator scripts, `(stage, name, text)`: what `config.builtin` of an
@@ -355,8 +418,8 @@ fn install_script(
     stage: &str,
     binding: &recipe::Binding,
     base: &Path,
-    root: &Path,
-    installed: &mut std::collections::BTreeMap<String, String>,
+    files: &mut Gen0,
+    installed: &mut BTreeMap<String, String>,
 ) -> Result<Option<Value>> {
     if binding.operator != crate::lifecycle::stages::SCRIPT_OPERATOR {
         return Ok(None);
@@ -392,7 +455,7 @@ fn install_script(
             "{at}.source: {source} is also another binding's script, with different text"
         )));
     }
-    write_text(&root.join(source), &text)?;
+    files.text(source, &text);
     installed.insert(source.to_string(), text.clone());
     Ok(Some(json!({
         "file": source,
@@ -436,33 +499,20 @@ fn resolve(base: &Path, p: &str) -> PathBuf {
     }
 }
 
-/// Copy a user directory into the workspace: regular files and directories only, never
-/// following or copying a symlink (a target must not smuggle a link into the repository).
-fn copy_tree(src: &Path, dest: &Path, what: &str) -> Result<()> {
+/// Read a user directory for generation 0: regular files only, never following or
+/// copying a symlink (a target must not smuggle a link into the repository). A nested
+/// repository (`.git`, any case) is left out: git cannot store one.
+fn read_user_tree(src: &Path, what: &str) -> Result<Vec<FileRead>> {
     if !src.is_dir() {
         return Err(err(format!("{what}: {} is not a directory", src.display())));
     }
-    let entries = safe_tree::walk(src, TreeLimits::default())
-        .map_err(|e| err(format!("{what}: {}: {e}", src.display())))?;
-    std::fs::create_dir_all(dest)
-        .map_err(|e| err(format!("cannot create {}: {e}", dest.display())))?;
+    let (entries, files) = safe_tree::read_tree(src, TreeLimits::default(), &|name| {
+        name.eq_ignore_ascii_case(".git")
+    })
+    .map_err(|e| err(format!("{what}: {}: {e}", src.display())))?;
     for entry in entries {
-        let to = dest.join(&entry.path);
         match entry.kind {
-            EntryKind::Dir => std::fs::create_dir_all(&to)
-                .map_err(|e| err(format!("cannot create {}: {e}", to.display())))?,
-            EntryKind::File { executable, .. } => {
-                let bytes =
-                    safe_tree::read_file(src, &entry.path, TreeLimits::default().max_file_bytes)
-                        .map_err(|e| err(format!("{what}: {e}")))?;
-                std::fs::write(&to, bytes)
-                    .map_err(|e| err(format!("cannot write {}: {e}", to.display())))?;
-                if executable {
-                    use std::os::unix::fs::PermissionsExt;
-                    std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755))
-                        .map_err(|e| err(format!("cannot chmod {}: {e}", to.display())))?;
-                }
-            }
+            EntryKind::Dir | EntryKind::File { .. } => {}
             EntryKind::Symlink { target } => {
                 return Err(err(format!(
                     "{what}: {} is a symlink (to {target}); copy regular files only",
@@ -477,5 +527,5 @@ fn copy_tree(src: &Path, dest: &Path, what: &str) -> Result<()> {
             }
         }
     }
-    Ok(())
+    Ok(files)
 }

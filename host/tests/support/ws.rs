@@ -195,6 +195,22 @@ impl Exp {
         })
     }
 
+    /// A file of generation 0 as committed (the workspace holds no working copy).
+    pub fn gen0_bytes(&self, path: &str) -> Vec<u8> {
+        let store = evolve_snapshot::Store::open(&self.ws).unwrap();
+        let gen0 = store.tag_target("gen/0").unwrap().expect("a gen/0 tag");
+        store
+            .read_blob(gen0, path, 64 << 20)
+            .unwrap()
+            .unwrap_or_else(|| panic!("gen/0 has no {path}"))
+    }
+
+    /// [`Exp::gen0_bytes`] as text.
+    pub fn gen0_file(&self, path: &str) -> String {
+        String::from_utf8(self.gen0_bytes(path))
+            .unwrap_or_else(|_| panic!("gen/0's {path} is not UTF-8"))
+    }
+
     /// The archive's events.
     pub fn events(&self) -> Vec<Value> {
         std::fs::read_to_string(self.ws.join(".evolve/archive.jsonl"))

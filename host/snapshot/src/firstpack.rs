@@ -1,0 +1,293 @@
+//! A first commit written straight from memory, as one pack.
+//!
+//! `evolve init` knows every file of generation 0 before anything is on disk. Staging
+//! them as a working copy only to snapshot it back costs a file creation per file, and
+//! libgit2 can write a pack only through its pack builder, which always runs a delta
+//! search and deflates at zlib's default level: over the megabyte of operator
+//! components that is most of an init. Here the blobs and trees are hashed by libgit2
+//! (so ids are exactly what git computes, collision detection included) and written as
+//! one version-2 pack whose zlib streams are stored, not compressed, with its
+//! version-2 index: the file formats every git reads. Stored streams make the pack
+//! about as large as its contents (a `git gc` recompresses it); deflating that
+//! megabyte at zlib's fastest level would alone cost more than the whole write.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use flate2::Compression;
+use flate2::write::ZlibEncoder;
+use git2::{ObjectType, Oid};
+use sha1::{Digest, Sha1};
+
+use crate::error::{Error, io};
+use crate::tree;
+
+/// One file of a tree given in memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewFile {
+    /// Relative, '/'-separated; no empty, `.`, `..` or any-case `.git` component.
+    pub path: String,
+    /// Stored as mode 100755 when set, 100644 otherwise.
+    pub executable: bool,
+    pub bytes: Vec<u8>,
+}
+
+/// Pack object types (the pack format's numbers).
+const OBJ_TREE: u8 = 2;
+const OBJ_BLOB: u8 = 3;
+
+/// A directory of the tree being built: names to files (by blob id) or directories.
+#[derive(Default)]
+struct Dir<'a> {
+    entries: BTreeMap<&'a str, Node<'a>>,
+}
+
+enum Node<'a> {
+    File { executable: bool, id: Oid },
+    Dir(Dir<'a>),
+}
+
+/// The objects of the pack, each once, in the order they were made.
+#[derive(Default)]
+struct Objects<'a> {
+    seen: HashSet<Oid>,
+    list: Vec<(Oid, u8, std::borrow::Cow<'a, [u8]>)>,
+}
+
+impl<'a> Objects<'a> {
+    fn add(&mut self, id: Oid, kind: u8, data: std::borrow::Cow<'a, [u8]>) {
+        if self.seen.insert(id) {
+            self.list.push((id, kind, data));
+        }
+    }
+}
+
+/// Build the tree of `files`, write its blobs and trees as one durable pack in
+/// `objects_dir/pack`, and return the root tree's id.
+pub(crate) fn write_tree(objects_dir: &Path, files: &[NewFile]) -> Result<Oid, Error> {
+    let mut objects = Objects::default();
+    let mut root = Dir::default();
+    for file in files {
+        let id = Oid::hash_object(ObjectType::Blob, &file.bytes)
+            .map_err(crate::error::git(format!("hashing {}", file.path)))?;
+        objects.add(id, OBJ_BLOB, std::borrow::Cow::Borrowed(&file.bytes));
+        insert(&mut root, file, id)?;
+    }
+    let tree = write_dir(&root, &mut objects)?;
+    write_pack(&objects_dir.join("pack"), &objects.list)?;
+    Ok(tree)
+}
+
+/// Put `file` (blob `id`) into the directory tree under `root`.
+fn insert<'a>(root: &mut Dir<'a>, file: &'a NewFile, id: Oid) -> Result<(), Error> {
+    if !crate::is_clean_path(&file.path) {
+        return Err(Error::InvalidPath(file.path.clone()));
+    }
+    let mut parts = file.path.split('/').peekable();
+    let mut dir = root;
+    while let Some(name) = parts.next() {
+        if name.eq_ignore_ascii_case(".git") {
+            return Err(Error::UnsafeName {
+                path: file.path.clone(),
+                name: name.to_string(),
+            });
+        }
+        let conflict = || Error::PathConflict(file.path.clone());
+        if parts.peek().is_none() {
+            let leaf = Node::File {
+                executable: file.executable,
+                id,
+            };
+            if dir.entries.insert(name, leaf).is_some() {
+                return Err(conflict());
+            }
+            return Ok(());
+        }
+        let node = dir
+            .entries
+            .entry(name)
+            .or_insert_with(|| Node::Dir(Dir::default()));
+        dir = match node {
+            Node::Dir(d) => d,
+            Node::File { .. } => return Err(conflict()),
+        };
+    }
+    Ok(())
+}
+
+/// Serialize `dir` (children first) as a git tree object; returns its id.
+fn write_dir<'a>(dir: &Dir<'a>, objects: &mut Objects<'a>) -> Result<Oid, Error> {
+    let mut entries = Vec::with_capacity(dir.entries.len());
+    for (name, node) in &dir.entries {
+        let (mode, id) = match node {
+            Node::File {
+                executable: true,
+                id,
+            } => (tree::MODE_EXEC, *id),
+            Node::File { id, .. } => (tree::MODE_FILE, *id),
+            Node::Dir(sub) => (tree::MODE_TREE, write_dir(sub, objects)?),
+        };
+        entries.push(tree::Entry {
+            name: name.as_bytes().to_vec(),
+            mode,
+            id,
+        });
+    }
+    let body = tree::serialize(&mut entries);
+    let id =
+        Oid::hash_object(ObjectType::Tree, &body).map_err(crate::error::git("hashing a tree"))?;
+    objects.add(id, OBJ_TREE, std::borrow::Cow::Owned(body));
+    Ok(id)
+}
+
+/// Write `objects` as `pack-<checksum>.pack` and its `.idx` in `pack_dir`: both
+/// written under temporary names and synced, then renamed (the index last: git
+/// takes a pack into account once its index exists), then the directory synced.
+fn write_pack(
+    pack_dir: &Path,
+    objects: &[(Oid, u8, std::borrow::Cow<'_, [u8]>)],
+) -> Result<(), Error> {
+    let (pack, index) = encode(objects)?;
+    let checksum: String = pack[pack.len() - 20..]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let final_pack = pack_dir.join(format!("pack-{checksum}.pack"));
+    let final_index = pack_dir.join(format!("pack-{checksum}.idx"));
+    let tmp_pack = write_synced(pack_dir, "pack", &pack)?;
+    let tmp_index = write_synced(pack_dir, "idx", &index)?;
+    fs::rename(&tmp_pack, &final_pack).map_err(io(&final_pack, "renaming into place"))?;
+    fs::rename(&tmp_index, &final_index).map_err(io(&final_index, "renaming into place"))?;
+    File::open(pack_dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io(pack_dir, "syncing"))
+}
+
+/// Write `bytes` to a new temporary file in `dir` (read-only, as git keeps
+/// packs), synced; returns its path.
+fn write_synced(dir: &Path, ext: &str, bytes: &[u8]) -> Result<PathBuf, Error> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join(format!("tmp_evolve_{}.{ext}", std::process::id()));
+    let _ = fs::remove_file(&path); // left by an interrupted init of this pid
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o444)
+        .open(&path)
+        .map_err(io(&path, "creating"))?;
+    file.write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .map_err(io(&path, "writing"))?;
+    Ok(path)
+}
+
+/// The pack (version 2) and its index (version 2) for `objects`.
+fn encode(objects: &[(Oid, u8, std::borrow::Cow<'_, [u8]>)]) -> Result<(Vec<u8>, Vec<u8>), Error> {
+    let total: usize = objects.iter().map(|(_, _, d)| d.len() + 32).sum();
+    let mut pack = Vec::with_capacity(total + total / 1000 * 5 + 64);
+    pack.extend_from_slice(b"PACK");
+    pack.extend_from_slice(&2u32.to_be_bytes());
+    let count = u32::try_from(objects.len()).map_err(|_| too_big("objects in one pack"))?;
+    pack.extend_from_slice(&count.to_be_bytes());
+    // (id, crc32 of the entry, offset of the entry)
+    let mut entries: Vec<(Oid, u32, u64)> = Vec::with_capacity(objects.len());
+    for (id, kind, data) in objects {
+        let start = pack.len();
+        entry_header(&mut pack, *kind, data.len() as u64);
+        let mut z = ZlibEncoder::new(&mut pack, Compression::none());
+        z.write_all(data)
+            .and_then(|()| z.finish().map(|_| ()))
+            .map_err(|e| Error::Io {
+                path: PathBuf::from("<pack in memory>"),
+                context: "deflating an object into",
+                source: e,
+            })?;
+        entries.push((*id, crc32fast::hash(&pack[start..]), start as u64));
+    }
+    let sum: [u8; 20] = Sha1::digest(&pack).into();
+    pack.extend_from_slice(&sum);
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok((pack, index(&entries, &sum)))
+}
+
+/// An entry's header: the type and the size, 4 bits then 7 per byte, low bits first.
+fn entry_header(out: &mut Vec<u8>, kind: u8, mut size: u64) {
+    let mut byte = (kind << 4) | (size & 0x0f) as u8;
+    size >>= 4;
+    while size != 0 {
+        out.push(byte | 0x80);
+        byte = (size & 0x7f) as u8;
+        size >>= 7;
+    }
+    out.push(byte);
+}
+
+/// The version-2 index of a pack: fan-out table, sorted ids, CRC-32s, offsets
+/// (with the 64-bit table for offsets past 2 GiB), the pack's checksum, its own.
+fn index(sorted: &[(Oid, u32, u64)], pack_sum: &[u8; 20]) -> Vec<u8> {
+    let mut idx = Vec::with_capacity(8 + 1024 + sorted.len() * 28 + 40);
+    idx.extend_from_slice(&[0xff, b't', b'O', b'c']);
+    idx.extend_from_slice(&2u32.to_be_bytes());
+    let mut fanout = [0u32; 256];
+    for (id, _, _) in sorted {
+        fanout[id.as_bytes()[0] as usize] += 1;
+    }
+    let mut running = 0u32;
+    for n in fanout {
+        running += n;
+        idx.extend_from_slice(&running.to_be_bytes());
+    }
+    for (id, _, _) in sorted {
+        idx.extend_from_slice(id.as_bytes());
+    }
+    for (_, crc, _) in sorted {
+        idx.extend_from_slice(&crc.to_be_bytes());
+    }
+    let mut large = Vec::new();
+    for (_, _, offset) in sorted {
+        let small = match u32::try_from(*offset) {
+            Ok(o) if o < 0x8000_0000 => o,
+            _ => {
+                large.push(*offset);
+                0x8000_0000 | (large.len() as u32 - 1)
+            }
+        };
+        idx.extend_from_slice(&small.to_be_bytes());
+    }
+    for offset in large {
+        idx.extend_from_slice(&offset.to_be_bytes());
+    }
+    idx.extend_from_slice(pack_sum);
+    let own: [u8; 20] = Sha1::digest(&idx).into();
+    idx.extend_from_slice(&own);
+    idx
+}
+
+fn too_big(what: &'static str) -> Error {
+    Error::LimitExceeded {
+        path: String::new(),
+        limit: what,
+        max: u64::from(u32::MAX),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::entry_header;
+
+    #[test]
+    fn entry_headers_carry_type_and_size_in_little_endian_groups() {
+        let mut out = Vec::new();
+        entry_header(&mut out, 3, 5);
+        assert_eq!(out, [0x35]);
+        out.clear();
+        entry_header(&mut out, 3, 16);
+        assert_eq!(out, [0xb0, 0x01]);
+        out.clear();
+        // 1,000,000 = 0xF4240: the low nibble 0, then 62,500 as 7-bit groups 36, 104, 3.
+        entry_header(&mut out, 2, 1_000_000);
+        assert_eq!(out, [0xa0, 0xa4, 0xe8, 0x03]);
+    }
+}
