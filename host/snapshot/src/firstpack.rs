@@ -16,8 +16,7 @@ use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use flate2::Compression;
-use flate2::write::ZlibEncoder;
+use flate2::{Compress, Compression, FlushCompress, Status};
 use git2::{ObjectType, Oid};
 use sha1::{Digest, Sha1};
 
@@ -67,17 +66,58 @@ impl<'a> Objects<'a> {
 /// Build the tree of `files`, write its blobs and trees as one durable pack in
 /// `objects_dir/pack`, and return the root tree's id.
 pub(crate) fn write_tree(objects_dir: &Path, files: &[NewFile]) -> Result<Oid, Error> {
+    let ids = blob_ids(files)?;
     let mut objects = Objects::default();
     let mut root = Dir::default();
-    for file in files {
-        let id = Oid::hash_object(ObjectType::Blob, &file.bytes)
-            .map_err(crate::error::git(format!("hashing {}", file.path)))?;
+    for (file, id) in files.iter().zip(ids) {
         objects.add(id, OBJ_BLOB, std::borrow::Cow::Borrowed(&file.bytes));
         insert(&mut root, file, id)?;
     }
     let tree = write_dir(&root, &mut objects)?;
     write_pack(&objects_dir.join("pack"), &objects.list)?;
     Ok(tree)
+}
+
+/// The blob id of each file, in order. Hashing is most of the CPU time here, so a
+/// large tree is hashed on every core (in contiguous slices of about equal bytes).
+fn blob_ids(files: &[NewFile]) -> Result<Vec<Oid>, Error> {
+    let hash = |slice: &[NewFile]| -> Result<Vec<Oid>, Error> {
+        slice
+            .iter()
+            .map(|f| {
+                Oid::hash_object(ObjectType::Blob, &f.bytes)
+                    .map_err(crate::error::git(format!("hashing {}", f.path)))
+            })
+            .collect()
+    };
+    let total: usize = files.iter().map(|f| f.bytes.len()).sum();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    if threads < 2 || total < 256 << 10 {
+        return hash(files);
+    }
+    // Cut points so each slice holds about total/threads bytes.
+    let mut slices = Vec::with_capacity(threads);
+    let (mut start, mut acc) = (0, 0);
+    for (i, f) in files.iter().enumerate() {
+        acc += f.bytes.len();
+        if acc * threads >= total * (slices.len() + 1) && slices.len() + 1 < threads {
+            slices.push(&files[start..=i]);
+            start = i + 1;
+        }
+    }
+    slices.push(&files[start..]);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = slices
+            .iter()
+            .map(|slice| s.spawn(move || hash(slice)))
+            .collect();
+        let mut ids = Vec::with_capacity(files.len());
+        for w in workers {
+            // A panic in a worker is re-raised here, as if hashed on this thread.
+            ids.extend(w.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?);
+        }
+        Ok(ids)
+    })
 }
 
 /// Put `file` (blob `id`) into the directory tree under `root`.
@@ -193,23 +233,40 @@ fn encode(objects: &[(Oid, u8, std::borrow::Cow<'_, [u8]>)]) -> Result<(Vec<u8>,
     pack.extend_from_slice(&count.to_be_bytes());
     // (id, crc32 of the entry, offset of the entry)
     let mut entries: Vec<(Oid, u32, u64)> = Vec::with_capacity(objects.len());
+    // One zlib stream state, reset per object: setting one up allocates its window.
+    let mut z = Compress::new(Compression::none(), true);
     for (id, kind, data) in objects {
         let start = pack.len();
         entry_header(&mut pack, *kind, data.len() as u64);
-        let mut z = ZlibEncoder::new(&mut pack, Compression::none());
-        z.write_all(data)
-            .and_then(|()| z.finish().map(|_| ()))
-            .map_err(|e| Error::Io {
-                path: PathBuf::from("<pack in memory>"),
-                context: "deflating an object into",
-                source: e,
-            })?;
+        z.reset();
+        deflate_into(&mut z, data, &mut pack)?;
         entries.push((*id, crc32fast::hash(&pack[start..]), start as u64));
     }
     let sum: [u8; 20] = Sha1::digest(&pack).into();
     pack.extend_from_slice(&sum);
     entries.sort_by(|a, b| a.0.cmp(&b.0));
     Ok((pack, index(&entries, &sum)))
+}
+
+/// Append `data` as one complete zlib stream to `out`.
+fn deflate_into(z: &mut Compress, data: &[u8], out: &mut Vec<u8>) -> Result<(), Error> {
+    let consumed_before = z.total_in();
+    loop {
+        let done = (z.total_in() - consumed_before) as usize;
+        // Stored blocks cost 5 bytes per 64 KiB, the stream 6 more.
+        out.reserve(data.len() - done + (data.len() - done) / 4096 + 64);
+        match z.compress_vec(&data[done..], out, FlushCompress::Finish) {
+            Ok(Status::StreamEnd) => return Ok(()),
+            Ok(Status::Ok | Status::BufError) => continue,
+            Err(e) => {
+                return Err(Error::Io {
+                    path: PathBuf::from("<pack in memory>"),
+                    context: "deflating an object into",
+                    source: std::io::Error::other(e),
+                });
+            }
+        }
+    }
 }
 
 /// An entry's header: the type and the size, 4 bits then 7 per byte, low bits first.

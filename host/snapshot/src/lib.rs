@@ -154,17 +154,15 @@ impl Store {
         }
         let mut opts = RepositoryInitOptions::new();
         // Fixed branch name: not whatever init.defaultBranch a user configured.
-        opts.initial_head("main").mkpath(true);
-        let repo = Repository::init_opts(dir, &opts).map_err(git(format!(
+        // Bare, in `dir/.git`: there is no index and no working tree (trees are
+        // written and read directly), so `git status` in `dir` says that
+        // instead of listing every committed file as deleted, and libgit2 skips
+        // probing the working tree's file system.
+        opts.initial_head("main").mkpath(true).bare(true);
+        let repo = Repository::init_opts(&dotgit, &opts).map_err(git(format!(
             "initializing a repository in {}",
             dir.display()
         )))?;
-        // There is no index and no working tree: trees are written and read
-        // directly. Saying so makes `git status` in `dir` report that, instead
-        // of listing every committed file as deleted.
-        repo.config()
-            .and_then(|mut c| c.set_bool("core.bare", true))
-            .map_err(git("marking the repository as having no working tree"))?;
         Ok(Store {
             repo,
             dir: dir.to_path_buf(),

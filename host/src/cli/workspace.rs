@@ -182,7 +182,7 @@ fn print_init(a: &InitArgs, done: &init::Initialized, next: bool) -> CliResult {
             done.tasks[0], done.tasks[1], done.tasks[2]
         );
         println!(
-            "  signing key: {} (keep it private; the public key is keys/archive.pub)",
+            "  signing key: {} (keep it private; gen/0 holds the public key, keys/archive.pub)",
             done.key_path.display()
         );
         if next {
