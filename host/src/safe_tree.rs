@@ -455,6 +455,41 @@ mod tests {
     }
 
     #[test]
+    fn read_tree_reads_files_lists_links_unfollowed_and_skips_names() {
+        let (_base, root) = tree();
+        std::fs::create_dir_all(root.join("sub/.git")).unwrap();
+        std::fs::write(root.join("sub/.git/config"), "x").unwrap();
+        let skip_git = |n: &str| n == ".git";
+        let (entries, files) = read_tree(&root, TreeLimits::default(), &skip_git).unwrap();
+        let paths: Vec<&str> = entries.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            ["a.txt", "abs", "planted", "sub", "sub/b.txt", "sub/escape_dir"]
+        );
+        let read: Vec<(&str, &[u8])> = files
+            .iter()
+            .map(|f| (f.path.as_str(), f.bytes.as_slice()))
+            .collect();
+        assert_eq!(read, [("a.txt", &b"hello"[..]), ("sub/b.txt", b"world")]);
+        let small = TreeLimits {
+            max_total_bytes: 7,
+            ..TreeLimits::default()
+        };
+        assert_eq!(
+            read_tree(&root, small, &skip_git),
+            Err(TreeError::TotalTooBig { limit: 7 })
+        );
+        let tiny = TreeLimits {
+            max_file_bytes: 4,
+            ..TreeLimits::default()
+        };
+        assert!(matches!(
+            read_tree(&root, tiny, &skip_git),
+            Err(TreeError::TooBig { .. })
+        ));
+    }
+
+    #[test]
     fn reads_refuse_links_escapes_and_big_files() {
         let (_base, root) = tree();
         assert_eq!(read_file(&root, "sub/b.txt", 100).unwrap(), b"world");

@@ -95,6 +95,60 @@ fn init_freezes_a_committed_workspace_and_refuses_to_overwrite_it() {
     assert!(!e.root().join("ws2").exists());
 }
 
+/// A target is read as regular files: a symlink in it is refused before anything is
+/// created, a nested repository is left out, and a failure after the workspace was
+/// created (here the key directory is a file) removes what init made.
+#[test]
+fn init_reads_targets_as_plain_files_and_leaves_nothing_when_it_fails() {
+    let e = Exp::new(&Spec::default());
+    std::os::unix::fs::symlink("/etc/passwd", e.root().join("target/passwd")).unwrap();
+    let out = e
+        .evolve(&["init", "ws", "--recipe", "recipe.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("target/passwd is a symlink (to /etc/passwd)"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        !e.ws.exists(),
+        "nothing is created for an unreadable target"
+    );
+    std::fs::remove_file(e.root().join("target/passwd")).unwrap();
+
+    std::fs::create_dir_all(e.root().join("target/.git/objects")).unwrap();
+    std::fs::write(e.root().join("target/.git/HEAD"), "ref: refs/heads/main\n").unwrap();
+    std::fs::create_dir_all(e.root().join("target/sub")).unwrap();
+    std::fs::write(e.root().join("target/sub/.GIT"), "gitdir: /elsewhere\n").unwrap();
+    let keys_file = e.root().join("keys-file");
+    std::fs::write(&keys_file, "not a directory").unwrap();
+    let out = e
+        .evolve(&["init", "ws", "--recipe", "recipe.yaml"])
+        .env("EVOLVE_KEY_DIR", &keys_file)
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("signing key"), "{}", text(&out));
+    assert!(
+        !e.ws.exists(),
+        "a failed init removes the workspace it created"
+    );
+
+    e.init();
+    let store = evolve_snapshot::Store::open(&e.ws).unwrap();
+    let gen0 = store.tag_target("gen/0").unwrap().unwrap();
+    for left_out in ["target/.git/HEAD", "target/sub/.GIT"] {
+        assert_eq!(
+            store.read_blob(gen0, left_out, 1 << 10).unwrap(),
+            None,
+            "{left_out}"
+        );
+    }
+    assert_eq!(e.gen0_file("target/value.txt"), "0.1\n");
+}
+
 #[test]
 fn a_run_improves_the_champion_and_verifies() {
     let e = Exp::new(&Spec {

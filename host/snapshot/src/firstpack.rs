@@ -244,7 +244,7 @@ fn encode(objects: &[(Oid, u8, std::borrow::Cow<'_, [u8]>)]) -> Result<(Vec<u8>,
     }
     let sum: [u8; 20] = Sha1::digest(&pack).into();
     pack.extend_from_slice(&sum);
-    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    entries.sort_by_key(|e| e.0);
     Ok((pack, index(&entries, &sum)))
 }
 

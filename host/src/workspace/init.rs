@@ -7,11 +7,13 @@
 //! root would only be a second, non-authoritative version that invites edits which
 //! change nothing (`evolve checkout` writes any generation out to look at).
 //!
-//! Order matters for crash safety: the repository first, then its first commit (synced),
-//! then the signing key and the archive's genesis events, and the `gen/0` tag last. A
-//! workspace without `gen/0` is not a workspace (`Workspace::open` refuses it), so an
-//! interrupted init is visibly incomplete and `init` into the same directory refuses to
-//! overwrite it.
+//! Everything generation 0 holds is read and checked before the destination is touched.
+//! Then order matters for crash safety: the signing key, the repository and its first
+//! commit (synced), the archive's genesis events, and the `gen/0` tag last. A failure
+//! part way removes what `init` created (the directory was absent or empty). A
+//! workspace without `gen/0` is not a workspace (`Workspace::open` refuses it), so one
+//! left by a killed init is visibly incomplete, and `init` into the same directory
+//! refuses to overwrite it.
 
 use super::layout::{self, Paths};
 use super::{EngineConfig, Result, Workspace, err, key_path, now};
@@ -21,7 +23,7 @@ use crate::safe_tree::{self, EntryKind, FileRead, TreeLimits};
 use crate::sandbox::{Sandbox, parse_stage};
 use evaluator_harbor::split::{FrozenTaskSet, SplitName, SplitRatios};
 use evolve_archive::{Archive, ExperimentKey, types};
-use evolve_snapshot::{NewFile, Store};
+use evolve_snapshot::{NewFile, Oid, Store};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -63,15 +65,10 @@ pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
             .hint("`evolve recipe check RECIPE` lists the same problems"));
     };
     apply_overrides(req, &mut recipe, &mut normalized);
-    std::fs::create_dir_all(&req.dir)
-        .map_err(|e| err(format!("cannot create {}: {e}", req.dir.display())))?;
-    let root = std::fs::canonicalize(&req.dir)
-        .map_err(|e| err(format!("cannot resolve {}: {e}", req.dir.display())))?;
-    let store =
-        Store::init(&root).map_err(|e| err(format!("cannot create the repository: {e}")))?;
+    // Everything generation 0 holds is read and checked before the destination is touched.
     let mut files = Gen0::default();
     add_target(&recipe, &req.recipe_base, &mut files)?;
-    let task_set = add_evaluator(&recipe, &req.recipe_base, &store, &mut files)?;
+    let task_set = add_evaluator(&recipe, &req.recipe_base, &mut files)?;
     add_operators(&recipe, &req.recipe_base, &mut files)?;
     files.text(
         layout::RECIPE_FILE,
@@ -84,10 +81,64 @@ pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
     files.text(layout::GITIGNORE, layout::GITIGNORE_TEXT);
     let experiment_id = experiment_id(&recipe.experiment.name);
     let key_path = key_path(&experiment_id)?;
-    let key = ExperimentKey::create(&key_path, &experiment_id)
+
+    let created = !req.dir.exists();
+    std::fs::create_dir_all(&req.dir)
+        .map_err(|e| err(format!("cannot create {}: {e}", req.dir.display())))?;
+    let root = std::fs::canonicalize(&req.dir)
+        .map_err(|e| err(format!("cannot resolve {}: {e}", req.dir.display())))?;
+    let made = Made {
+        root,
+        created,
+        key_path,
+        experiment_id,
+    };
+    let result = create(&made, &recipe, &task_set, files);
+    if result.is_err() {
+        made.undo();
+    }
+    let commit = result?;
+    let sizes = [SplitName::Train, SplitName::Gate, SplitName::Sealed]
+        .map(|s| task_set.split.members(s).len());
+    Ok(Initialized {
+        root: made.root.clone(),
+        experiment_id: made.experiment_id.clone(),
+        commit: commit.to_string(),
+        key_path: made.key_path.clone(),
+        tasks: sizes,
+    })
+}
+
+/// What `init` creates on disk, so that a failure part way removes it again: the
+/// directory was absent or empty, so nothing else is lost.
+struct Made {
+    root: PathBuf,
+    /// Whether `init` created `root` (else it was an empty directory).
+    created: bool,
+    key_path: PathBuf,
+    experiment_id: String,
+}
+
+impl Made {
+    fn undo(&self) {
+        let _ = std::fs::remove_dir_all(self.root.join(".git"));
+        let _ = std::fs::remove_dir_all(self.root.join(layout::STATE_DIR));
+        if self.created {
+            // Not recursive: whatever else appeared in it meanwhile is not init's.
+            let _ = std::fs::remove_dir(&self.root);
+        }
+        let _ = std::fs::remove_file(&self.key_path);
+    }
+}
+
+/// The signing key, the repository with generation 0 committed, the archive's genesis
+/// events and the `gen/0` tag, in that order (see the module comment). Returns the commit.
+fn create(made: &Made, recipe: &Recipe, task_set: &FrozenTaskSet, mut files: Gen0) -> Result<Oid> {
+    let key = ExperimentKey::create(&made.key_path, &made.experiment_id)
         .map_err(|e| err(format!("cannot create the signing key: {e}")))?;
     files.add(layout::PUBLIC_KEY_FILE, false, key.public().file_bytes());
-
+    let store =
+        Store::init(&made.root).map_err(|e| err(format!("cannot create the repository: {e}")))?;
     let (tree, commit) = store
         .commit_first(&files.into_list(), "evolve: generation 0")
         .map_err(|e| err(format!("cannot commit generation 0: {e}")))?;
@@ -95,7 +146,7 @@ pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
         .subtree(commit, layout::EVALUATOR_DIR)
         .map_err(|e| err(e.to_string()))?
         .ok_or_else(|| err("generation 0 has no evaluator/ tree"))?;
-    let engine = EngineConfig::from_recipe(&recipe);
+    let engine = EngineConfig::from_recipe(recipe);
     let identity = json!({
         "evaluator_fingerprint": evaluator_tree.to_string(),
         "task_set_hash": task_set
@@ -103,11 +154,11 @@ pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
             .map_err(|e| err(e.to_string()))?,
         "runtime_fingerprint": engine.runtime_fingerprint(),
     });
-    let paths = Paths::new(&root);
-    let mut archive = Archive::open(&paths.archive(), &experiment_id, key)
+    let paths = Paths::new(&made.root);
+    let mut archive = Archive::open(&paths.archive(), &made.experiment_id, key)
         .map_err(|e| err(format!("cannot create the archive: {e}")))?;
     let mut genesis = Map::new();
-    genesis.insert("experiment".into(), json!(experiment_id));
+    genesis.insert("experiment".into(), json!(made.experiment_id));
     genesis.insert("fixed_identity".into(), identity);
     genesis.insert("recipe".into(), json!(recipe.experiment.name));
     archive
@@ -123,15 +174,7 @@ pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
     store
         .tag(&layout::tag_name("0"), commit)
         .map_err(|e| err(format!("cannot tag gen/0: {e}")))?;
-    let sizes = [SplitName::Train, SplitName::Gate, SplitName::Sealed]
-        .map(|s| task_set.split.members(s).len());
-    Ok(Initialized {
-        root,
-        experiment_id,
-        commit: commit.to_string(),
-        key_path,
-        tasks: sizes,
-    })
+    Ok(commit)
 }
 
 /// `init` never writes into a directory that already holds anything.
@@ -253,14 +296,8 @@ fn add_target(recipe: &Recipe, base: &Path, files: &mut Gen0) -> Result<()> {
 
 /// Put the task set into generation 0 and freeze it. The freeze reads a directory, so
 /// the tasks are also written, exactly as they will be checked out (files only: git
-/// keeps no empty directory), into a scratch directory inside `.git` that is removed
-/// afterwards.
-fn add_evaluator(
-    recipe: &Recipe,
-    base: &Path,
-    store: &Store,
-    files: &mut Gen0,
-) -> Result<FrozenTaskSet> {
+/// keeps no empty directory), into a temporary directory that is removed afterwards.
+fn add_evaluator(recipe: &Recipe, base: &Path, files: &mut Gen0) -> Result<FrozenTaskSet> {
     let dataset = &recipe.evaluator.dataset;
     let tasks: Vec<FileRead> = match builtin::seed(dataset) {
         Some(seed) if !seed.tasks.is_empty() => seed
@@ -274,10 +311,12 @@ fn add_evaluator(
             .collect(),
         _ => read_user_tree(&resolve(base, dataset), "evaluator.dataset")?,
     };
-    let scratch = store.dir().join(".git").join("evolve-init-tasks");
-    let frozen = write_scratch(&scratch, &tasks).and_then(|()| freeze(recipe, &scratch));
-    let _ = std::fs::remove_dir_all(&scratch);
-    let frozen = frozen?;
+    let scratch = tempfile::Builder::new()
+        .prefix("evolve-init-tasks-")
+        .tempdir()
+        .map_err(|e| err(format!("cannot create a temporary directory: {e}")))?;
+    write_scratch(scratch.path(), &tasks)?;
+    let frozen = freeze(recipe, scratch.path())?;
     for f in tasks {
         files.add(
             &format!("{}/{}", layout::TASKS_DIR, f.path),
