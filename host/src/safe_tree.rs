@@ -464,7 +464,14 @@ mod tests {
         let paths: Vec<&str> = entries.iter().map(|e| e.path.as_str()).collect();
         assert_eq!(
             paths,
-            ["a.txt", "abs", "planted", "sub", "sub/b.txt", "sub/escape_dir"]
+            [
+                "a.txt",
+                "abs",
+                "planted",
+                "sub",
+                "sub/b.txt",
+                "sub/escape_dir"
+            ]
         );
         let read: Vec<(&str, &[u8])> = files
             .iter()
