@@ -91,6 +91,7 @@ pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
         root,
         created,
         key_path,
+        key_made: std::cell::Cell::new(false),
         experiment_id,
     };
     let result = create(&made, &recipe, &task_set, files);
@@ -116,6 +117,8 @@ struct Made {
     /// Whether `init` created `root` (else it was an empty directory).
     created: bool,
     key_path: PathBuf,
+    /// Whether `init` created the key (a key it did not create is never removed).
+    key_made: std::cell::Cell<bool>,
     experiment_id: String,
 }
 
@@ -127,7 +130,9 @@ impl Made {
             // Not recursive: whatever else appeared in it meanwhile is not init's.
             let _ = std::fs::remove_dir(&self.root);
         }
-        let _ = std::fs::remove_file(&self.key_path);
+        if self.key_made.get() {
+            let _ = std::fs::remove_file(&self.key_path);
+        }
     }
 }
 
@@ -136,6 +141,7 @@ impl Made {
 fn create(made: &Made, recipe: &Recipe, task_set: &FrozenTaskSet, mut files: Gen0) -> Result<Oid> {
     let key = ExperimentKey::create(&made.key_path, &made.experiment_id)
         .map_err(|e| err(format!("cannot create the signing key: {e}")))?;
+    made.key_made.set(true);
     files.add(layout::PUBLIC_KEY_FILE, false, key.public().file_bytes());
     let store =
         Store::init(&made.root).map_err(|e| err(format!("cannot create the repository: {e}")))?;
