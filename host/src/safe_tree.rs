@@ -132,17 +132,24 @@ pub struct FileRead {
     pub bytes: Vec<u8>,
 }
 
-/// [`walk`] `root` and read every regular file on the way, each through the walk's own
-/// directory handle with `O_NOFOLLOW` (a file swapped for a link after it was listed
-/// fails to open), within `limits` for each file and for all of them. Entries whose
-/// name `skip` accepts are neither listed nor entered.
+/// [`walk`] `root` and read every regular file, each through the walk's own handle on
+/// its directory with `O_NOFOLLOW` (a file swapped for a link after it was listed fails
+/// to open), within `limits` for each file and for all of them. Entries whose name
+/// `skip` accepts are neither listed nor entered. Files are read on every core: the walk
+/// keeps a handle on each directory that holds files (up to [`MAX_HELD_DIRS`]; files in
+/// further directories are read during the walk).
 pub fn read_tree(
     root: &Path,
     limits: TreeLimits,
     skip: &dyn Fn(&str) -> bool,
 ) -> Result<(Vec<Entry>, Vec<FileRead>), TreeError> {
     let dir = open(root)?;
-    let (mut entries, mut files, mut total) = (Vec::new(), Vec::new(), 0u64);
+    let mut entries = Vec::new();
+    let mut held: std::collections::HashMap<String, std::sync::Arc<Dir>> = Default::default();
+    // (directory handle, name in it, the file as read later)
+    let mut pending: Vec<(std::sync::Arc<Dir>, String, FileRead)> = Vec::new();
+    let mut read_now = Vec::new();
+    let mut total = 0u64;
     walk_dir(
         &dir,
         "",
@@ -153,24 +160,104 @@ pub fn read_tree(
             if skip(name) {
                 return Ok(false);
             }
-            if let EntryKind::File { executable, .. } = entry.kind {
-                let bytes = open_read(dir, name, &entry.path, limits.max_file_bytes)?;
-                total += bytes.len() as u64;
-                if total > limits.max_total_bytes {
-                    return Err(TreeError::TotalTooBig {
-                        limit: limits.max_total_bytes,
-                    });
-                }
-                files.push(FileRead {
+            let EntryKind::File { executable, len } = entry.kind else {
+                return Ok(true);
+            };
+            if len > limits.max_file_bytes {
+                return Err(TreeError::TooBig {
                     path: entry.path.clone(),
-                    executable,
-                    bytes,
+                    len,
+                    limit: limits.max_file_bytes,
                 });
+            }
+            total += len;
+            if total > limits.max_total_bytes {
+                return Err(TreeError::TotalTooBig {
+                    limit: limits.max_total_bytes,
+                });
+            }
+            let file = FileRead {
+                path: entry.path.clone(),
+                executable,
+                bytes: Vec::new(),
+            };
+            let parent = entry.path.rsplit_once('/').map_or("", |(p, _)| p);
+            let handle = match held.get(parent) {
+                Some(h) => Some(h.clone()),
+                None if held.len() < MAX_HELD_DIRS => {
+                    let h = std::sync::Arc::new(dir.try_clone().map_err(|e| io_err(parent, e))?);
+                    held.insert(parent.to_string(), h.clone());
+                    Some(h)
+                }
+                None => None,
+            };
+            match handle {
+                Some(h) => pending.push((h, name.to_string(), file)),
+                None => {
+                    let bytes = open_read(dir, name, &file.path, limits.max_file_bytes)?;
+                    read_now.push(FileRead { bytes, ..file });
+                }
             }
             Ok(true)
         },
     )?;
+    let mut files = read_pending(pending, limits.max_file_bytes)?;
+    files.extend(read_now);
+    // Sizes were checked as listed; a file that grew since is bounded by its own read,
+    // and the sum is checked again as read.
+    let read: u64 = files.iter().map(|f| f.bytes.len() as u64).sum();
+    if read > limits.max_total_bytes {
+        return Err(TreeError::TotalTooBig {
+            limit: limits.max_total_bytes,
+        });
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
     Ok((entries, files))
+}
+
+/// Directory handles [`read_tree`] keeps open at most (each is a file descriptor).
+pub const MAX_HELD_DIRS: usize = 512;
+
+/// Read the listed files on every core, in contiguous slices.
+fn read_pending(
+    pending: Vec<(std::sync::Arc<Dir>, String, FileRead)>,
+    max_file_bytes: u64,
+) -> Result<Vec<FileRead>, TreeError> {
+    let read_one = |(dir, name, file): (std::sync::Arc<Dir>, String, FileRead)| {
+        open_read(&dir, &name, &file.path, max_file_bytes).map(|bytes| FileRead { bytes, ..file })
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    if threads < 2 || pending.len() < 64 {
+        return pending.into_iter().map(read_one).collect();
+    }
+    let per = pending.len().div_ceil(threads);
+    let mut slices = Vec::with_capacity(threads);
+    let mut rest = pending;
+    while rest.len() > per {
+        let tail = rest.split_off(per);
+        slices.push(rest);
+        rest = tail;
+    }
+    slices.push(rest);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = slices
+            .into_iter()
+            .map(|slice| {
+                s.spawn(move || {
+                    slice
+                        .into_iter()
+                        .map(read_one)
+                        .collect::<Result<Vec<_>, _>>()
+                })
+            })
+            .collect();
+        let mut files = Vec::new();
+        for w in workers {
+            // A worker's panic is re-raised here, as if read on this thread.
+            files.extend(w.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?);
+        }
+        Ok(files)
+    })
 }
 
 /// What [`walk_dir`] asks of each entry before listing it: given the entry's directory
@@ -494,6 +581,24 @@ mod tests {
             read_tree(&root, tiny, &skip_git),
             Err(TreeError::TooBig { .. })
         ));
+    }
+
+    #[test]
+    fn read_tree_reads_many_directories_on_every_core_and_past_the_held_handles() {
+        let base = tempfile::tempdir().unwrap();
+        let n = MAX_HELD_DIRS + 88;
+        for i in 0..n {
+            let d = base.path().join(format!("d{i:04}"));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("f"), format!("file {i}")).unwrap();
+        }
+        let (entries, files) = read_tree(base.path(), TreeLimits::default(), &|_| false).unwrap();
+        assert_eq!(entries.len(), 2 * n);
+        assert_eq!(files.len(), n);
+        for (i, f) in files.iter().enumerate() {
+            assert_eq!(f.path, format!("d{i:04}/f"));
+            assert_eq!(f.bytes, format!("file {i}").into_bytes());
+        }
     }
 
     #[test]
