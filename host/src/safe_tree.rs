@@ -511,22 +511,25 @@ mod tests {
         (base, root)
     }
 
+    /// What [`tree`] holds, in walk order.
+    const FIXTURE_PATHS: [&str; 6] = [
+        "a.txt",
+        "abs",
+        "planted",
+        "sub",
+        "sub/b.txt",
+        "sub/escape_dir",
+    ];
+
+    fn paths_of(entries: &[Entry]) -> Vec<&str> {
+        entries.iter().map(|e| e.path.as_str()).collect()
+    }
+
     #[test]
     fn walk_reports_links_without_following_them() {
         let (_base, root) = tree();
         let entries = walk(&root, TreeLimits::default()).unwrap();
-        let paths: Vec<&str> = entries.iter().map(|e| e.path.as_str()).collect();
-        assert_eq!(
-            paths,
-            [
-                "a.txt",
-                "abs",
-                "planted",
-                "sub",
-                "sub/b.txt",
-                "sub/escape_dir"
-            ]
-        );
+        assert_eq!(paths_of(&entries), FIXTURE_PATHS);
         assert_eq!(
             entries[2].kind,
             EntryKind::Symlink {
@@ -548,18 +551,7 @@ mod tests {
         std::fs::write(root.join("sub/.git/config"), "x").unwrap();
         let skip_git = |n: &str| n == ".git";
         let (entries, files) = read_tree(&root, TreeLimits::default(), &skip_git).unwrap();
-        let paths: Vec<&str> = entries.iter().map(|e| e.path.as_str()).collect();
-        assert_eq!(
-            paths,
-            [
-                "a.txt",
-                "abs",
-                "planted",
-                "sub",
-                "sub/b.txt",
-                "sub/escape_dir"
-            ]
-        );
+        assert_eq!(paths_of(&entries), FIXTURE_PATHS);
         let read: Vec<(&str, &[u8])> = files
             .iter()
             .map(|f| (f.path.as_str(), f.bytes.as_slice()))
