@@ -781,7 +781,9 @@ pub fn demo_cmd(a: DemoArgs) -> CliResult {
     })?;
     if !a.json {
         let d = a.dir.display();
-        println!("explore it: evolve log {d} | evolve show 1 -w {d} | evolve verify {d}");
+        println!(
+            "explore it: evolve log {d} | evolve show 1 -w {d} | evolve verify {d} | evolve checkout champion best -w {d}"
+        );
     }
     Ok(code)
 }
