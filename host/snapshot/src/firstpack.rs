@@ -9,7 +9,7 @@
 //! one version-2 pack whose zlib streams are stored, not compressed, with its
 //! version-2 index: the file formats every git reads. Stored streams make the pack
 //! about as large as its contents (a `git gc` recompresses it); deflating that
-//! megabyte at zlib's fastest level would alone cost more than the whole write.
+//! megabyte at zlib's fastest level (about 10 ms here) would cost more than the whole write.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs::{self, File};
