@@ -55,12 +55,12 @@ impl Seed {
     /// Write the initial target tree into `dir` (created if missing): `dir/<path>` for
     /// every target file, replacing files that exist.
     pub fn write_target(&self, dir: &Path) -> io::Result<()> {
-        write_files(self.target, dir)
+        write_files(dir, self.target.iter().map(SeedFile::parts))
     }
 
     /// Write the task set into `dir` (created if missing): `dir/<task>/...`.
     pub fn write_tasks(&self, dir: &Path) -> io::Result<()> {
-        write_files(self.tasks, dir)
+        write_files(dir, self.tasks.iter().map(SeedFile::parts))
     }
 
     /// The task names (the first path component of the task files), sorted.
@@ -76,17 +76,29 @@ impl Seed {
     }
 }
 
-fn write_files(files: &[SeedFile], dir: &Path) -> io::Result<()> {
-    for f in files {
-        let path = dir.join(f.path);
+impl SeedFile {
+    /// `(path, executable, bytes)`, as [`write_files`] takes them.
+    fn parts(&self) -> (&str, bool, &[u8]) {
+        (self.path, self.executable, self.bytes)
+    }
+}
+
+/// Write `(path, executable, bytes)` files under `dir` (parents created), mode 0755 or
+/// 0644 whatever the umask, replacing files that exist.
+pub(crate) fn write_files<'a>(
+    dir: &Path,
+    files: impl IntoIterator<Item = (&'a str, bool, &'a [u8])>,
+) -> io::Result<()> {
+    for (rel, executable, bytes) in files {
+        let path = dir.join(rel);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)?;
         }
-        std::fs::write(&path, f.bytes)?;
+        std::fs::write(&path, bytes)?;
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            let mode = if f.executable { 0o755 } else { 0o644 };
+            let mode = if executable { 0o755 } else { 0o644 };
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
         }
     }

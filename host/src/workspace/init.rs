@@ -68,7 +68,8 @@ pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
     // Everything generation 0 holds is read and checked before the destination is touched.
     let mut files = Gen0::default();
     add_target(&recipe, &req.recipe_base, &mut files)?;
-    let task_set = add_evaluator(&recipe, &req.recipe_base, &mut files)?;
+    let engine = EngineConfig::from_recipe(&recipe);
+    let task_set = add_evaluator(&recipe, &engine, &req.recipe_base, &mut files)?;
     add_operators(&recipe, &req.recipe_base, &mut files)?;
     files.text(
         layout::RECIPE_FILE,
@@ -94,7 +95,7 @@ pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
         key_made: std::cell::Cell::new(false),
         experiment_id,
     };
-    let result = create(&made, &recipe, &task_set, files);
+    let result = create(&made, &recipe, &engine, &task_set, files);
     if result.is_err() {
         made.undo();
     }
@@ -138,7 +139,13 @@ impl Made {
 
 /// The signing key, the repository with generation 0 committed, the archive's genesis
 /// events and the `gen/0` tag, in that order (see the module comment). Returns the commit.
-fn create(made: &Made, recipe: &Recipe, task_set: &FrozenTaskSet, mut files: Gen0) -> Result<Oid> {
+fn create(
+    made: &Made,
+    recipe: &Recipe,
+    engine: &EngineConfig,
+    task_set: &FrozenTaskSet,
+    mut files: Gen0,
+) -> Result<Oid> {
     let key = ExperimentKey::create(&made.key_path, &made.experiment_id)
         .map_err(|e| err(format!("cannot create the signing key: {e}")))?;
     made.key_made.set(true);
@@ -152,7 +159,6 @@ fn create(made: &Made, recipe: &Recipe, task_set: &FrozenTaskSet, mut files: Gen
         .subtree(commit, layout::EVALUATOR_DIR)
         .map_err(|e| err(e.to_string()))?
         .ok_or_else(|| err("generation 0 has no evaluator/ tree"))?;
-    let engine = EngineConfig::from_recipe(recipe);
     let identity = json!({
         "evaluator_fingerprint": evaluator_tree.to_string(),
         "task_set_hash": task_set
@@ -303,7 +309,12 @@ fn add_target(recipe: &Recipe, base: &Path, files: &mut Gen0) -> Result<()> {
 /// Put the task set into generation 0 and freeze it. The freeze reads a directory, so
 /// the tasks are also written, exactly as they will be checked out (files only: git
 /// keeps no empty directory), into a temporary directory that is removed afterwards.
-fn add_evaluator(recipe: &Recipe, base: &Path, files: &mut Gen0) -> Result<FrozenTaskSet> {
+fn add_evaluator(
+    recipe: &Recipe,
+    engine: &EngineConfig,
+    base: &Path,
+    files: &mut Gen0,
+) -> Result<FrozenTaskSet> {
     let dataset = &recipe.evaluator.dataset;
     let tasks: Vec<FileRead> = match builtin::seed(dataset) {
         Some(seed) if !seed.tasks.is_empty() => seed
@@ -321,7 +332,15 @@ fn add_evaluator(recipe: &Recipe, base: &Path, files: &mut Gen0) -> Result<Froze
         .prefix("evolve-init-tasks-")
         .tempdir()
         .map_err(|e| err(format!("cannot create a temporary directory: {e}")))?;
-    write_scratch(scratch.path(), &tasks)?;
+    let parts = tasks
+        .iter()
+        .map(|f| (f.path.as_str(), f.executable, f.bytes.as_slice()));
+    builtin::write_files(scratch.path(), parts).map_err(|e| {
+        err(format!(
+            "cannot write the task set into {}: {e}",
+            scratch.path().display()
+        ))
+    })?;
     let frozen = freeze(recipe, scratch.path())?;
     for f in tasks {
         files.add(
@@ -331,30 +350,11 @@ fn add_evaluator(recipe: &Recipe, base: &Path, files: &mut Gen0) -> Result<Froze
         );
     }
     files.text(layout::TASK_SET_FILE, &(frozen.to_json() + "\n"));
-    let engine = EngineConfig::from_recipe(recipe);
     files.text(
         layout::ENGINE_FILE,
-        &(serde_json::to_string_pretty(&engine).unwrap_or_default() + "\n"),
+        &(serde_json::to_string_pretty(engine).unwrap_or_default() + "\n"),
     );
     Ok(frozen)
-}
-
-fn write_scratch(dir: &Path, tasks: &[FileRead]) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    for f in tasks {
-        let path = dir.join(&f.path);
-        if let Some(p) = path.parent() {
-            std::fs::create_dir_all(p)
-                .map_err(|e| err(format!("cannot create {}: {e}", p.display())))?;
-        }
-        std::fs::write(&path, &f.bytes)
-            .map_err(|e| err(format!("cannot write {}: {e}", path.display())))?;
-        if f.executable {
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
-                .map_err(|e| err(format!("cannot chmod {}: {e}", path.display())))?;
-        }
-    }
-    Ok(())
 }
 
 fn freeze(recipe: &Recipe, tasks_dir: &Path) -> Result<FrozenTaskSet> {
