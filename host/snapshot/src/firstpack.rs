@@ -5,9 +5,10 @@
 //! libgit2 can write a pack only through its pack builder, which always runs a delta
 //! search and deflates at zlib's default level: over the megabyte of operator
 //! components that is most of an init. Here the blobs and trees are hashed by libgit2
-//! (so ids are exactly what git computes, collision detection included) and written as
-//! one version-2 pack whose zlib streams are stored, not compressed, with its
-//! version-2 index: the file formats every git reads. Stored streams make the pack
+//! (so ids are exactly what git computes, collision detection included), unless the
+//! caller already knows a blob's id (an embedded component's, from build time), and
+//! written as one version-2 pack whose zlib streams are stored, not compressed, with
+//! its version-2 index: the file formats every git reads. Stored streams make the pack
 //! about as large as its contents (a `git gc` recompresses it); deflating that
 //! megabyte at zlib's fastest level (about 10 ms here) would cost more than the whole write.
 
@@ -16,7 +17,6 @@ use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use flate2::{Compress, Compression, FlushCompress, Status};
 use git2::{ObjectType, Oid};
 use sha1::{Digest, Sha1};
 
@@ -31,6 +31,11 @@ pub struct NewFile {
     /// Stored as mode 100755 when set, 100644 otherwise.
     pub executable: bool,
     pub bytes: Vec<u8>,
+    /// The blob id of `bytes` when the caller already knows it (an embedded
+    /// component's, computed at build time); `None`: hashed here. A wrong id would
+    /// name the wrong object, so only ids derived from these very bytes belong here
+    /// (debug builds check each).
+    pub id: Option<Oid>,
 }
 
 /// Pack object types (the pack format's numbers).
@@ -85,12 +90,17 @@ fn blob_ids(files: &[NewFile]) -> Result<Vec<Oid>, Error> {
         slice
             .iter()
             .map(|f| {
+                if let Some(id) = f.id {
+                    debug_assert_eq!(Oid::hash_object(ObjectType::Blob, &f.bytes).ok(), Some(id));
+                    return Ok(id);
+                }
                 Oid::hash_object(ObjectType::Blob, &f.bytes)
                     .map_err(crate::error::git(format!("hashing {}", f.path)))
             })
             .collect()
     };
-    let total: usize = files.iter().map(|f| f.bytes.len()).sum();
+    let to_hash = |f: &NewFile| if f.id.is_some() { 0 } else { f.bytes.len() };
+    let total: usize = files.iter().map(to_hash).sum();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
     if threads < 2 || total < 256 << 10 {
         return hash(files);
@@ -99,7 +109,7 @@ fn blob_ids(files: &[NewFile]) -> Result<Vec<Oid>, Error> {
     let mut slices = Vec::with_capacity(threads);
     let (mut start, mut acc) = (0, 0);
     for (i, f) in files.iter().enumerate() {
-        acc += f.bytes.len();
+        acc += to_hash(f);
         if acc * threads >= total * (slices.len() + 1) && slices.len() + 1 < threads {
             slices.push(&files[start..=i]);
             start = i + 1;
@@ -225,21 +235,21 @@ fn write_synced(dir: &Path, ext: &str, bytes: &[u8]) -> Result<PathBuf, Error> {
 
 /// The pack (version 2) and its index (version 2) for `objects`.
 fn encode(objects: &[(Oid, u8, std::borrow::Cow<'_, [u8]>)]) -> Result<(Vec<u8>, Vec<u8>), Error> {
-    let total: usize = objects.iter().map(|(_, _, d)| d.len() + 32).sum();
-    let mut pack = Vec::with_capacity(total + total / 1000 * 5 + 64);
+    let size: usize = objects
+        .iter()
+        .map(|(_, _, d)| 10 + stored_len(d.len()))
+        .sum();
+    let mut pack = Vec::with_capacity(12 + size + 20);
     pack.extend_from_slice(b"PACK");
     pack.extend_from_slice(&2u32.to_be_bytes());
     let count = u32::try_from(objects.len()).map_err(|_| too_big("objects in one pack"))?;
     pack.extend_from_slice(&count.to_be_bytes());
     // (id, crc32 of the entry, offset of the entry)
     let mut entries: Vec<(Oid, u32, u64)> = Vec::with_capacity(objects.len());
-    // One zlib stream state, reset per object: setting one up allocates its window.
-    let mut z = Compress::new(Compression::none(), true);
     for (id, kind, data) in objects {
         let start = pack.len();
         entry_header(&mut pack, *kind, data.len() as u64);
-        z.reset();
-        deflate_into(&mut z, data, &mut pack)?;
+        store_zlib(data, &mut pack);
         entries.push((*id, crc32fast::hash(&pack[start..]), start as u64));
     }
     let sum: [u8; 20] = Sha1::digest(&pack).into();
@@ -248,28 +258,43 @@ fn encode(objects: &[(Oid, u8, std::borrow::Cow<'_, [u8]>)]) -> Result<(Vec<u8>,
     Ok((pack, index(&entries, &sum)))
 }
 
-/// Append `data` as one complete zlib stream to `out`.
-fn deflate_into(z: &mut Compress, data: &[u8], out: &mut Vec<u8>) -> Result<(), Error> {
-    let consumed_before = z.total_in();
-    loop {
-        let done = (z.total_in() - consumed_before) as usize;
-        // Stored blocks cost 5 bytes per 64 KiB, the stream 6 more.
-        out.reserve(data.len() - done + (data.len() - done) / 4096 + 64);
-        match z.compress_vec(&data[done..], out, FlushCompress::Finish) {
-            Ok(Status::StreamEnd) => return Ok(()),
-            Ok(Status::Ok | Status::BufError) => continue,
-            Err(e) => {
-                return Err(Error::Io {
-                    path: PathBuf::from("<pack in memory>"),
-                    context: "deflating an object into",
-                    source: std::io::Error::other(e),
-                });
-            }
-        }
-    }
+/// The largest stored deflate block (its length field has 16 bits).
+const STORED_BLOCK: usize = 0xffff;
+
+/// How long `len` bytes are as a zlib stream of stored blocks: 2 bytes of header, 5
+/// per block (at least one), the bytes, a 4-byte checksum.
+fn stored_len(len: usize) -> usize {
+    2 + 5 * len.div_ceil(STORED_BLOCK).max(1) + len + 4
 }
 
-/// An entry's header: the type and the size, 4 bits then 7 per byte, low bits first.
+/// Append `data` as one zlib stream (RFC 1950) of stored deflate blocks (RFC 1951,
+/// 3.2.4): what any inflater reads back byte for byte. Written here, not through a
+/// zlib binding: the framing is a few bytes, while a binding resets a compressor's
+/// 64 KiB hash table for each stream, which over a thousand small objects costs more
+/// than the rest of the pack.
+fn store_zlib(data: &[u8], out: &mut Vec<u8>) {
+    // CMF 0x78: deflate with a 32 KiB window; FLG 0x01: no dictionary, the fastest
+    // level, and the check bits that make 0x7801 a multiple of 31.
+    out.extend_from_slice(&[0x78, 0x01]);
+    let mut blocks = data.chunks(STORED_BLOCK).peekable();
+    if blocks.peek().is_none() {
+        out.extend_from_slice(&[0x01, 0x00, 0x00, 0xff, 0xff]);
+    }
+    while let Some(block) = blocks.next() {
+        let last = u8::from(blocks.peek().is_none());
+        let len = block.len() as u16;
+        out.push(last); // BFINAL, then BTYPE 00 (stored), padded to the byte
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&(!len).to_le_bytes());
+        out.extend_from_slice(block);
+    }
+    let mut adler = simd_adler32::Adler32::new();
+    adler.write(data);
+    out.extend_from_slice(&adler.finish().to_be_bytes());
+}
+
+/// An entry's header: the type and the size, 4 bits then 7 per byte, low bits first
+/// (at most 10 bytes).
 fn entry_header(out: &mut Vec<u8>, kind: u8, mut size: u64) {
     let mut byte = (kind << 4) | (size & 0x0f) as u8;
     size >>= 4;
@@ -332,19 +357,46 @@ fn too_big(what: &'static str) -> Error {
 
 #[cfg(test)]
 mod tests {
-    use super::entry_header;
+    use super::{entry_header, store_zlib, stored_len};
+
+    #[test]
+    fn stored_zlib_streams_have_the_framing_rfc_1950_and_1951_give() {
+        // Empty: header, one empty final block, adler32 of nothing (1).
+        let mut out = Vec::new();
+        store_zlib(b"", &mut out);
+        assert_eq!(out, [0x78, 0x01, 0x01, 0, 0, 0xff, 0xff, 0, 0, 0, 1]);
+        assert_eq!(out.len(), stored_len(0));
+        // "Wikipedia": the usual worked example of Adler-32 (0x11E60398).
+        out.clear();
+        store_zlib(b"Wikipedia", &mut out);
+        assert_eq!(&out[..7], [0x78, 0x01, 0x01, 9, 0, 0xf6, 0xff]);
+        assert_eq!(&out[7..16], b"Wikipedia");
+        assert_eq!(&out[16..], [0x11, 0xe6, 0x03, 0x98]);
+        // Block boundaries: only the last block is final; lengths as predicted.
+        for len in [0xffff, 0x10000, 3 * 0xffff + 1] {
+            let data = vec![0xabu8; len];
+            out.clear();
+            store_zlib(&data, &mut out);
+            assert_eq!(out.len(), stored_len(len), "length of {len}");
+            let blocks = len.div_ceil(0xffff);
+            let finals: Vec<u8> = (0..blocks).map(|i| out[2 + i * (0xffff + 5)]).collect();
+            assert_eq!(finals.last(), Some(&1));
+            assert!(finals[..blocks - 1].iter().all(|&b| b == 0));
+        }
+    }
 
     #[test]
     fn entry_headers_carry_type_and_size_in_little_endian_groups() {
-        let mut out = Vec::new();
-        entry_header(&mut out, 3, 5);
-        assert_eq!(out, [0x35]);
-        out.clear();
-        entry_header(&mut out, 3, 16);
-        assert_eq!(out, [0xb0, 0x01]);
-        out.clear();
+        let header = |kind, size| {
+            let mut out = Vec::new();
+            entry_header(&mut out, kind, size);
+            out
+        };
+        assert_eq!(header(3, 5), [0x35]);
+        assert_eq!(header(3, 16), [0xb0, 0x01]);
         // 1,000,000 = 0xF4240: the low nibble 0, then 62,500 as 7-bit groups 36, 104, 3.
-        entry_header(&mut out, 2, 1_000_000);
-        assert_eq!(out, [0xa0, 0xa4, 0xe8, 0x03]);
+        assert_eq!(header(2, 1_000_000), [0xa0, 0xa4, 0xe8, 0x03]);
+        // The largest size takes the 10 bytes the pack leaves room for.
+        assert_eq!(header(3, u64::MAX).len(), 10);
     }
 }

@@ -157,8 +157,13 @@ impl Store {
         // Bare, in `dir/.git`: there is no index and no working tree (trees are
         // written and read directly), so `git status` in `dir` says that
         // instead of listing every committed file as deleted, and libgit2 skips
-        // probing the working tree's file system.
-        opts.initial_head("main").mkpath(true).bare(true);
+        // probing the working tree's file system. No external template: what a
+        // user's `init.templatedir` or the system's sample hooks hold has no place in
+        // a workspace (and each file of it is one more to create).
+        opts.initial_head("main")
+            .mkpath(true)
+            .bare(true)
+            .external_template(false);
         let repo = Repository::init_opts(&dotgit, &opts).map_err(git(format!(
             "initializing a repository in {}",
             dir.display()

@@ -14,13 +14,14 @@ fn file(path: &str, executable: bool, bytes: impl Into<Vec<u8>>) -> NewFile {
         path: path.into(),
         executable,
         bytes: bytes.into(),
+        id: None,
     }
 }
 
 /// Files whose names exercise git's tree order (a directory sorts as if its name
 /// ended in '/': `a.b` < `a/` < `a0`), duplicate contents, an empty file, an
-/// executable, and blobs past zlib's 64 KiB stored-block size and past the entry
-/// header's first size bytes.
+/// executable, and blobs at and past a stored deflate block's 65,535 bytes and past
+/// the entry header's first size bytes.
 fn sample() -> Vec<NewFile> {
     let big: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
     vec![
@@ -34,6 +35,8 @@ fn sample() -> Vec<NewFile> {
         file("bin/run.sh", true, "#!/bin/sh\necho run\n"),
         file("big.bin", false, big),
         file("mid.bin", false, vec![0u8; 70_000]),
+        file("block.bin", false, vec![1u8; 0xffff]),
+        file("block1.bin", false, vec![2u8; 0x10000]),
     ]
 }
 
@@ -117,6 +120,22 @@ fn the_tree_is_the_one_a_snapshot_of_the_same_files_makes() {
 }
 
 #[test]
+fn blob_ids_the_caller_knows_are_taken_and_give_the_same_tree() {
+    let other = tempfile::tempdir().unwrap();
+    let hashed = Store::init(other.path()).unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let store = Store::init(ws.path()).unwrap();
+    let mut files = sample();
+    let (expected, _) = hashed.commit_first(&files, "gen 0").unwrap();
+    for f in files.iter_mut().filter(|f| f.bytes.len() > 1000) {
+        f.id = Some(git2::Oid::hash_object(git2::ObjectType::Blob, &f.bytes).unwrap());
+    }
+    let (tree, _) = store.commit_first(&files, "gen 0").unwrap();
+    assert_eq!(tree, expected);
+    git(ws.path(), &["fsck", "--full", "--strict"]);
+}
+
+#[test]
 fn git_itself_verifies_the_pack_and_its_index() {
     let ws = tempfile::tempdir().unwrap();
     let store = Store::init(ws.path()).unwrap();
@@ -125,8 +144,8 @@ fn git_itself_verifies_the_pack_and_its_index() {
     assert_eq!(names.len(), 2, "one pack and its index: {names:?}");
     let idx = ws.path().join(".git/objects/pack").join(&names[0]);
     let verified = git(ws.path(), &["verify-pack", "-v", idx.to_str().unwrap()]);
-    // 10 files with one duplicate content: 9 blobs; trees: root, a, a-b, deep, er, bin.
-    assert!(verified.contains("non delta: 15 objects"), "{verified}");
+    // 12 files with one duplicate content: 11 blobs; trees: root, a, a-b, deep, er, bin.
+    assert!(verified.contains("non delta: 17 objects"), "{verified}");
     git(ws.path(), &["fsck", "--full", "--strict"]);
     assert_eq!(
         git(ws.path(), &["rev-parse", "HEAD^{tree}"]).trim(),
