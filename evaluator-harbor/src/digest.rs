@@ -164,15 +164,48 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<Entry>) -> Result<()> {
 /// The content digest of one task directory: `sha256:` of the canonical JSON
 /// `{"schema":"evolve.task-digest.v1","entries":[...]}`.
 pub fn task_digest(dir: &Path) -> Result<String> {
+    entries_digest(&task_entries(dir)?)
+}
+
+/// The digest [`task_digest`] gives a directory holding exactly these regular files
+/// (task-relative paths, executable bit, bytes) and the directories they are in.
+pub fn files_digest<'a>(
+    files: impl IntoIterator<Item = (&'a str, bool, &'a [u8])>,
+) -> Result<String> {
+    let mut dirs = std::collections::BTreeSet::new();
+    let mut entries = Vec::new();
+    for (path, executable, bytes) in files {
+        let mut at = 0;
+        while let Some(slash) = path[at..].find('/') {
+            dirs.insert(&path[..at + slash]);
+            at += slash + 1;
+        }
+        entries.push(Entry {
+            path: path.to_string(),
+            kind: "file",
+            mode: if executable { "100755" } else { "100644" },
+            sha256: Some(hex(&Sha256::digest(bytes))),
+        });
+    }
+    entries.extend(dirs.into_iter().map(|d| Entry {
+        path: d.to_string(),
+        kind: "dir",
+        mode: "040000",
+        sha256: None,
+    }));
+    entries.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
+    entries_digest(&entries)
+}
+
+fn entries_digest(entries: &[Entry]) -> Result<String> {
     #[derive(Serialize)]
     struct Doc<'a> {
         schema: &'static str,
         entries: &'a [Entry],
     }
-    let entries = task_entries(dir)?;
     canonical_digest(&Doc {
         schema: "evolve.task-digest.v1",
-        entries: &entries,
+        entries,
     })
 }
 

@@ -7,7 +7,7 @@
 //! that hash order (members are recorded in order).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -194,6 +194,45 @@ pub struct FrozenTaskSet {
 
 pub const TASK_SET_SCHEMA: &str = "evolve.task-set.v1";
 
+/// A task set's regular files held in memory: paths relative to the set's directory,
+/// `/`-separated, with the executable bit.
+pub struct TaskFiles<'a> {
+    /// Where the files were read from (messages name their paths under it).
+    pub dir: PathBuf,
+    /// The name the set's directory will have: a lone task at its root (`task.toml`
+    /// beside the others) is named so, as [`crate::task::discover`] will name it there.
+    pub name: &'a str,
+    pub files: Vec<(&'a str, bool, &'a [u8])>,
+}
+
+impl<'a> TaskFiles<'a> {
+    /// The tasks as [`crate::task::discover`] finds them in the directory: the root if
+    /// it holds `task.toml`, else each non-hidden top-level directory holding one.
+    /// Each with its directory and its files, by task-relative path.
+    fn tasks(&self) -> Vec<(&'a str, PathBuf, crate::task::FileMap<'a>)> {
+        if self.files.iter().any(|(p, _, _)| *p == "task.toml") {
+            let all = self.files.iter().map(|&(p, x, b)| (p, (x, b))).collect();
+            return vec![(self.name, self.dir.clone(), all)];
+        }
+        let mut tasks: BTreeMap<&'a str, crate::task::FileMap<'a>> = BTreeMap::new();
+        for &(path, executable, bytes) in &self.files {
+            if let Some((top, rest)) = path.split_once('/')
+                && !top.starts_with('.')
+            {
+                tasks
+                    .entry(top)
+                    .or_default()
+                    .insert(rest, (executable, bytes));
+            }
+        }
+        tasks
+            .into_iter()
+            .filter(|(_, files)| files.contains_key("task.toml"))
+            .map(|(name, files)| (name, self.dir.join(name), files))
+            .collect()
+    }
+}
+
 /// The task-set digest over the digests, the split, repetitions and seed.
 pub fn task_set_digest(
     task_digests: &BTreeMap<String, String>,
@@ -227,6 +266,36 @@ impl FrozenTaskSet {
             let task = crate::task::Task::load(t)?;
             digests.insert(task.name.clone(), task_digest(t)?);
         }
+        Self::from_digests(digests, ratios, seed, repetitions)
+    }
+
+    /// What [`FrozenTaskSet::freeze`] gives the directory `set.dir` holding exactly
+    /// `set`'s regular files, without that directory having to exist.
+    pub fn freeze_files(
+        set: &TaskFiles<'_>,
+        ratios: SplitRatios,
+        seed: u64,
+        repetitions: u32,
+    ) -> Result<FrozenTaskSet> {
+        if repetitions == 0 {
+            return Err(Error::new(ErrorKind::Usage, "repetitions must be ≥ 1"));
+        }
+        let mut digests = BTreeMap::new();
+        for (name, dir, files) in set.tasks() {
+            let task = crate::task::InMemory { dir, files };
+            crate::task::Task::load_in_memory(name, &task)?;
+            let listed = task.files.iter().map(|(p, (x, b))| (*p, *x, *b));
+            digests.insert(name.to_string(), crate::digest::files_digest(listed)?);
+        }
+        Self::from_digests(digests, ratios, seed, repetitions)
+    }
+
+    fn from_digests(
+        digests: BTreeMap<String, String>,
+        ratios: SplitRatios,
+        seed: u64,
+        repetitions: u32,
+    ) -> Result<FrozenTaskSet> {
         let names: Vec<String> = digests.keys().cloned().collect();
         let split = assign(&names, &ratios, seed)?;
         let task_set_digest = task_set_digest(&digests, &split, repetitions, seed)?;

@@ -332,6 +332,91 @@ fn is_file_no_follow(p: &Path) -> bool {
     std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file())
 }
 
+/// Where a task's files are read from: its directory on disk, or files held in memory
+/// (`evolve init` checks and freezes the task set it is about to commit, before any of
+/// it is on disk). Paths are relative to the task, `/`-separated.
+trait TaskSource {
+    /// The path that names `rel` in messages.
+    fn at(&self, rel: &str) -> PathBuf;
+    /// Whether `rel` is a regular file (a symlink is not followed).
+    fn is_file(&self, rel: &str) -> bool;
+    /// Whether `rel` is a directory (a symlink is not followed).
+    fn is_dir(&self, rel: &str) -> bool;
+    /// Whether anything is at `rel`.
+    fn exists(&self, rel: &str) -> bool;
+    fn read(&self, rel: &str) -> std::io::Result<Vec<u8>>;
+}
+
+struct OnDisk<'a>(&'a Path);
+
+impl TaskSource for OnDisk<'_> {
+    fn at(&self, rel: &str) -> PathBuf {
+        self.0.join(rel)
+    }
+    fn is_file(&self, rel: &str) -> bool {
+        is_file_no_follow(&self.0.join(rel))
+    }
+    fn is_dir(&self, rel: &str) -> bool {
+        std::fs::symlink_metadata(self.0.join(rel)).is_ok_and(|m| m.is_dir())
+    }
+    fn exists(&self, rel: &str) -> bool {
+        std::fs::symlink_metadata(self.0.join(rel)).is_ok()
+    }
+    fn read(&self, rel: &str) -> std::io::Result<Vec<u8>> {
+        std::fs::read(self.0.join(rel))
+    }
+}
+
+/// A task's regular files by task-relative path: (executable, bytes).
+pub(crate) type FileMap<'a> = BTreeMap<&'a str, (bool, &'a [u8])>;
+
+/// A task's regular files held in memory. Directories are those that hold a file (as
+/// in a git tree).
+pub(crate) struct InMemory<'a> {
+    pub dir: PathBuf,
+    pub files: FileMap<'a>,
+}
+
+impl TaskSource for InMemory<'_> {
+    fn at(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel)
+    }
+    fn is_file(&self, rel: &str) -> bool {
+        self.files.contains_key(rel)
+    }
+    fn is_dir(&self, rel: &str) -> bool {
+        let prefix = format!("{rel}/");
+        self.files
+            .range(prefix.as_str()..)
+            .next()
+            .is_some_and(|(p, _)| p.starts_with(&prefix))
+    }
+    fn exists(&self, rel: &str) -> bool {
+        self.is_file(rel) || self.is_dir(rel)
+    }
+    fn read(&self, rel: &str) -> std::io::Result<Vec<u8>> {
+        self.files
+            .get(rel)
+            .map(|(_, bytes)| bytes.to_vec())
+            .ok_or_else(|| std::io::ErrorKind::NotFound.into())
+    }
+}
+
+/// A regular file of a task as text, or the problem with it.
+fn read_text(src: &dyn TaskSource, rel: &str) -> std::result::Result<String, Error> {
+    if !src.is_file(rel) {
+        return Err(
+            Error::invalid_task(format!("missing {rel} (expected a regular file)"))
+                .at_path(&src.at(rel)),
+        );
+    }
+    let bytes = src.read(rel).map_err(|e| {
+        Error::invalid_task(format!("cannot read {rel}: {e}")).at_path(&src.at(rel))
+    })?;
+    String::from_utf8(bytes)
+        .map_err(|_| Error::invalid_task(format!("{rel} is not valid UTF-8")).at_path(&src.at(rel)))
+}
+
 impl Task {
     /// Load a task, failing on the first problem.
     pub fn load(dir: &Path) -> Result<Task> {
@@ -344,52 +429,60 @@ impl Task {
 
     /// Load a task and collect *every* problem (for `tasks check`).
     pub fn load_all(dir: &Path) -> (Option<Task>, Vec<Error>) {
-        let mut problems = Vec::new();
-        let name = match dir.file_name().and_then(|n| n.to_str()) {
-            Some(n) if valid_task_name(n) => n.to_string(),
-            _ => {
-                problems.push(
-                    Error::invalid_task(
-                        "task directory name must be one printable UTF-8 path component not starting with '.'",
-                    )
-                    .at_path(dir),
-                );
-                String::new()
-            }
-        };
+        let name = dir.file_name().and_then(|n| n.to_str());
         match std::fs::symlink_metadata(dir) {
-            Ok(m) if m.is_dir() => {}
+            Ok(m) if m.is_dir() => Self::check(name, dir, &OnDisk(dir)),
             Ok(_) => {
+                let mut problems = Self::name_problems(name, dir);
                 problems.push(
                     Error::invalid_task("task path is not a directory (symlinks are not followed)")
                         .at_path(dir),
                 );
-                return (None, problems);
+                (None, problems)
             }
             Err(e) => {
+                let mut problems = Self::name_problems(name, dir);
                 problems.push(
                     Error::invalid_task(format!("cannot read task directory: {e}")).at_path(dir),
                 );
-                return (None, problems);
+                (None, problems)
             }
         }
-        let toml_path = dir.join("task.toml");
-        let config = if !is_file_no_follow(&toml_path) {
-            problems.push(
-                Error::invalid_task("missing task.toml (expected a regular file)")
-                    .at_path(&toml_path),
-            );
-            None
-        } else {
-            match std::fs::read_to_string(&toml_path) {
-                Err(e) => {
-                    problems.push(
-                        Error::invalid_task(format!("cannot read task.toml: {e}"))
-                            .at_path(&toml_path),
-                    );
-                    None
-                }
-                Ok(text) => match toml::from_str::<TaskConfig>(&text) {
+    }
+
+    /// Load a task whose files are held in memory (see [`InMemory`]).
+    pub(crate) fn load_in_memory(name: &str, files: &InMemory<'_>) -> Result<Task> {
+        let (task, mut problems) = Self::check(Some(name), &files.dir, files);
+        match task {
+            Some(t) if problems.is_empty() => Ok(t),
+            _ => Err(problems.remove(0)),
+        }
+    }
+
+    fn name_problems(name: Option<&str>, dir: &Path) -> Vec<Error> {
+        match name {
+            Some(n) if valid_task_name(n) => Vec::new(),
+            _ => vec![
+                Error::invalid_task(
+                    "task directory name must be one printable UTF-8 path component not starting with '.'",
+                )
+                .at_path(dir),
+            ],
+        }
+    }
+
+    /// Check the task `name` at `dir` whose files `src` holds; every problem is collected.
+    fn check(name: Option<&str>, dir: &Path, src: &dyn TaskSource) -> (Option<Task>, Vec<Error>) {
+        let mut problems = Self::name_problems(name, dir);
+        let name = name.unwrap_or_default().to_string();
+        let config = match read_text(src, "task.toml") {
+            Err(e) => {
+                problems.push(e);
+                None
+            }
+            Ok(text) => {
+                let toml_path = src.at("task.toml");
+                match toml::from_str::<TaskConfig>(&text) {
                     Err(_) => {
                         // Re-run through parse() for the located message.
                         problems.push(TaskConfig::parse(&text, &toml_path).unwrap_err());
@@ -401,67 +494,40 @@ impl Task {
                         }
                         Some(cfg)
                     }
-                },
-            }
-        };
-        let instr_path = dir.join("instruction.md");
-        let instruction = if !is_file_no_follow(&instr_path) {
-            problems.push(
-                Error::invalid_task("missing instruction.md (expected a regular file)")
-                    .at_path(&instr_path),
-            );
-            String::new()
-        } else {
-            match std::fs::read(&instr_path) {
-                Ok(b) => match String::from_utf8(b) {
-                    Ok(s) => strip_canary(&s),
-                    Err(_) => {
-                        problems.push(
-                            Error::invalid_task("instruction.md is not valid UTF-8")
-                                .at_path(&instr_path),
-                        );
-                        String::new()
-                    }
-                },
-                Err(e) => {
-                    problems.push(
-                        Error::invalid_task(format!("cannot read instruction.md: {e}"))
-                            .at_path(&instr_path),
-                    );
-                    String::new()
                 }
             }
         };
-        let test_sh = dir.join("tests").join("test.sh");
-        if !is_file_no_follow(&test_sh) {
+        let instruction = match read_text(src, "instruction.md") {
+            Ok(text) => strip_canary(&text),
+            Err(e) => {
+                problems.push(e);
+                String::new()
+            }
+        };
+        if !src.is_file("tests/test.sh") {
             problems.push(
                 Error::invalid_task(
                     "missing tests/test.sh (the verifier entry point, a regular file)",
                 )
-                .at_path(&test_sh)
+                .at_path(&src.at("tests/test.sh"))
                 .hint("tests/test.sh must write /logs/verifier/reward.txt or reward.json"),
             );
         }
-        let env_dir = dir.join("environment");
-        let has_env = std::fs::symlink_metadata(&env_dir).is_ok_and(|m| m.is_dir());
         if let Some(cfg) = &config
-            && !has_env
+            && !src.is_dir("environment")
             && cfg.environment.docker_image.is_none()
         {
             problems.push(
                 Error::invalid_task(
                     "missing environment/ directory and no [environment].docker_image",
                 )
-                .at_path(&env_dir),
+                .at_path(&src.at("environment")),
             );
         }
-        let solution = dir.join("solution");
-        if std::fs::symlink_metadata(&solution).is_ok()
-            && !is_file_no_follow(&solution.join("solve.sh"))
-        {
+        if src.exists("solution") && !src.is_file("solution/solve.sh") {
             problems.push(
                 Error::invalid_task("solution/ exists but has no regular file solve.sh")
-                    .at_path(&solution.join("solve.sh")),
+                    .at_path(&src.at("solution/solve.sh")),
             );
         }
         match config {

@@ -134,3 +134,95 @@ fn check_reports_every_problem_at_once() {
     assert_eq!(problems.len(), 5, "{text:#?}");
     assert!(evaluator_harbor::task::check_task_set(&common::testdata().join("tasks")).is_empty());
 }
+
+/// Every regular file under `dir`: (relative path, executable, bytes), as `evolve init`
+/// holds a task set in memory.
+fn files_of(dir: &std::path::Path) -> Vec<(String, bool, Vec<u8>)> {
+    fn walk(root: &std::path::Path, dir: &std::path::Path, out: &mut Vec<(String, bool, Vec<u8>)>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            let meta = std::fs::symlink_metadata(&p).unwrap();
+            if meta.is_dir() {
+                walk(root, &p, out);
+            } else {
+                let rel = p.strip_prefix(root).unwrap().to_str().unwrap().to_string();
+                let exec = meta.permissions().mode() & 0o111 != 0;
+                out.push((rel, exec, std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+const RATIOS: SplitRatios = SplitRatios {
+    train: 0.4,
+    gate: 0.3,
+    sealed: 0.3,
+};
+
+fn freeze_in_memory(
+    dir: &std::path::Path,
+    files: &[(String, bool, Vec<u8>)],
+    ratios: SplitRatios,
+) -> evaluator_harbor::Result<FrozenTaskSet> {
+    let set = evaluator_harbor::split::TaskFiles {
+        dir: dir.to_path_buf(),
+        name: dir.file_name().unwrap().to_str().unwrap(),
+        files: files
+            .iter()
+            .map(|(p, x, b)| (p.as_str(), *x, b.as_slice()))
+            .collect(),
+    };
+    FrozenTaskSet::freeze_files(&set, ratios, 5, 2)
+}
+
+#[test]
+fn freezing_files_in_memory_gives_what_freezing_their_directory_gives() {
+    let d = tempfile::tempdir().unwrap();
+    let set = d.path().join("tasks");
+    for (rel, exec, bytes) in files_of(&common::testdata().join("tasks")) {
+        let p = set.join(&rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, &bytes).unwrap();
+        let mode = if exec { 0o755 } else { 0o644 };
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    // Left out by both: a hidden directory, a directory without task.toml, a loose file.
+    for extra in [".hidden/task.toml", "notes/readme.md", "README.md"] {
+        std::fs::create_dir_all(set.join(extra).parent().unwrap()).unwrap();
+        std::fs::write(set.join(extra), "x\n").unwrap();
+    }
+    let files = files_of(&set);
+    let on_disk = FrozenTaskSet::freeze(&set, RATIOS, 5, 2).unwrap();
+    let in_memory = freeze_in_memory(&set, &files, RATIOS).unwrap();
+    assert_eq!(in_memory.to_json(), on_disk.to_json());
+    assert_eq!(in_memory.task_digests.len(), 3);
+
+    // A lone task at the root is named after the directory, both ways.
+    let hello = set.join("hello");
+    let gate_only = SplitRatios {
+        train: 0.0,
+        gate: 1.0,
+        sealed: 0.0,
+    };
+    let alone = freeze_in_memory(&hello, &files_of(&hello), gate_only).unwrap();
+    assert_eq!(alone.split.gate, ["hello"]);
+    assert_eq!(
+        alone.to_json(),
+        FrozenTaskSet::freeze(&hello, gate_only, 5, 2)
+            .unwrap()
+            .to_json()
+    );
+
+    // A broken task fails both ways, with the same message.
+    std::fs::remove_file(set.join("partial/tests/test.sh")).unwrap();
+    let on_disk = FrozenTaskSet::freeze(&set, RATIOS, 5, 2).unwrap_err();
+    let in_memory = freeze_in_memory(&set, &files_of(&set), RATIOS).unwrap_err();
+    assert_eq!(in_memory.to_string(), on_disk.to_string());
+    assert!(
+        in_memory.to_string().contains("tests/test.sh"),
+        "{in_memory}"
+    );
+}
