@@ -62,9 +62,11 @@ fn main() {
     src.push_str("pub static EMBEDDED: &[EmbeddedOperator] = &[\n");
     for c in &crates[..library_count] {
         let path = out_dir.join(format!("{}.wasm", c.artifact));
+        let (sha256, blob_id) = digests(&path);
         writeln!(
             src,
-            "    EmbeddedOperator {{ stage: {:?}, name: {:?}, bytes: include_bytes!({:?}) }},",
+            "    EmbeddedOperator {{ stage: {:?}, name: {:?}, bytes: include_bytes!({:?}), \
+             sha256: {sha256:?}, blob_id: {blob_id:?} }},",
             c.stage.as_deref().unwrap(),
             c.name,
             path.display().to_string()
@@ -237,6 +239,19 @@ fn seeds_source(seeds: &[SeedSource], out_dir: &Path) -> String {
 }
 
 /// `operators/<stage>/<name>` is package `op-<stage>-<name>` (underscores become dashes).
+/// The SHA-256 of the component at `path` and its git blob id (SHA-1 of `blob <len>\0`
+/// and the bytes), computed once here instead of on every `evolve init` and recipe
+/// check. `builtin`'s tests recompute both at run time.
+fn digests(path: &Path) -> ([u8; 32], [u8; 20]) {
+    use sha1::Digest as _;
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let sha256 = <sha2::Sha256 as sha2::Digest>::digest(&bytes).into();
+    let mut blob = sha1::Sha1::new();
+    blob.update(format!("blob {}\0", bytes.len()));
+    blob.update(&bytes);
+    (sha256, blob.finalize().into())
+}
+
 fn library_crates(root: &Path) -> Vec<Crate> {
     let mut out = Vec::new();
     for stage in sorted_dirs(&root.join("operators")) {

@@ -9,6 +9,10 @@ pub struct EmbeddedOperator {
     pub stage: &'static str,
     pub name: &'static str,
     pub bytes: &'static [u8],
+    /// SHA-256 of `bytes` and their git blob id, computed by `build.rs` (hashing a
+    /// megabyte of components was a tenth of an `evolve init`).
+    pub sha256: [u8; 32],
+    pub blob_id: [u8; 20],
 }
 
 include!(concat!(env!("OUT_DIR"), "/embedded_operators.rs"));
@@ -103,4 +107,21 @@ pub(crate) fn write_files<'a>(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EMBEDDED;
+
+    #[test]
+    fn build_time_digests_match_the_embedded_bytes() {
+        assert!(!EMBEDDED.is_empty());
+        for op in EMBEDDED {
+            let at = format!("{}/{}", op.stage, op.name);
+            let sha256: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(op.bytes).into();
+            assert_eq!(op.sha256, sha256, "{at}");
+            let id = git2::Oid::hash_object(git2::ObjectType::Blob, op.bytes).unwrap();
+            assert_eq!(op.blob_id, id.as_bytes(), "{at}");
+        }
+    }
 }

@@ -430,7 +430,7 @@ pub fn resolve_operator(
     let stage_text = stage_name(stage);
     match builtin::find(stage_text, name) {
         Some(op) => sb
-            .load_bytes(stage, op.bytes, format!("builtin:{stage_text}/{name}"))
+            .load_builtin(stage, op, format!("builtin:{stage_text}/{name}"))
             .map_err(|e| e.to_string()),
         None => {
             let known: Vec<&str> = builtin::EMBEDDED

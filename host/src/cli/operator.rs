@@ -153,7 +153,7 @@ fn load(sb: &Sandbox, spec: &str) -> Result<LoadedOperator, CliError> {
     let op = builtin::find(stage_text, name).ok_or_else(|| {
         CliError::usage(format!("no built-in operator `{spec}`")).hint("see `evolve operator list`")
     })?;
-    sb.load_bytes(stage, op.bytes, format!("builtin:{spec}"))
+    sb.load_builtin(stage, op, format!("builtin:{spec}"))
         .map_err(|e| CliError {
             code: 1,
             ..CliError::usage(e.to_string())

@@ -189,11 +189,32 @@ impl Sandbox {
         self.load_bytes(stage, &bytes, origin)
     }
 
-    /// Load a component from bytes (e.g. an embedded library operator).
+    /// Load a component from bytes (e.g. a file's).
     pub fn load_bytes(
         &self,
         stage: Stage,
         bytes: &[u8],
+        origin: String,
+    ) -> Result<LoadedOperator, LoadError> {
+        self.load_digested(stage, bytes, cache::digest(bytes), origin)
+    }
+
+    /// Load an embedded library operator, whose digest was computed at build time.
+    pub fn load_builtin(
+        &self,
+        stage: Stage,
+        op: &crate::builtin::EmbeddedOperator,
+        origin: String,
+    ) -> Result<LoadedOperator, LoadError> {
+        self.load_digested(stage, op.bytes, op.sha256, origin)
+    }
+
+    /// Load `bytes`, whose SHA-256 (the compile cache's key) is `digest`.
+    fn load_digested(
+        &self,
+        stage: Stage,
+        bytes: &[u8],
+        digest: ComponentDigest,
         origin: String,
     ) -> Result<LoadedOperator, LoadError> {
         let fail = |kind| LoadError {
@@ -201,7 +222,6 @@ impl Sandbox {
             kind,
         };
         contract::check_header(bytes).map_err(|e| fail(LoadErrorKind::Contract(e)))?;
-        let digest = cache::digest(bytes);
         let (component, source) = self
             .cache
             .get_or_compile(&self.engine, &digest, bytes)

@@ -21,7 +21,7 @@ use crate::builtin;
 use crate::recipe::{self, Recipe};
 use crate::safe_tree::{self, EntryKind, FileRead, TreeLimits};
 use crate::sandbox::{Sandbox, parse_stage};
-use evaluator_harbor::split::{FrozenTaskSet, SplitName, SplitRatios};
+use evaluator_harbor::split::{FrozenTaskSet, SplitName, SplitRatios, TaskFiles};
 use evolve_archive::{Archive, ExperimentKey, types};
 use evolve_snapshot::{NewFile, Oid, Store};
 use serde_json::{Map, Value, json};
@@ -263,10 +263,16 @@ struct Gen0 {
 
 impl Gen0 {
     fn add(&mut self, path: &str, executable: bool, bytes: Vec<u8>) {
+        self.add_known(path, executable, bytes, None);
+    }
+
+    /// Add a file whose blob id is already known (an embedded component's).
+    fn add_known(&mut self, path: &str, executable: bool, bytes: Vec<u8>, id: Option<Oid>) {
         let file = NewFile {
             path: path.to_string(),
             executable,
             bytes,
+            id,
         };
         self.files.insert(file.path.clone(), file);
     }
@@ -306,9 +312,9 @@ fn add_target(recipe: &Recipe, base: &Path, files: &mut Gen0) -> Result<()> {
     Ok(())
 }
 
-/// Put the task set into generation 0 and freeze it. The freeze reads a directory, so
-/// the tasks are also written, exactly as they will be checked out (files only: git
-/// keeps no empty directory), into a temporary directory that is removed afterwards.
+/// Put the task set into generation 0 and freeze it, from memory: the digests are
+/// those of the files exactly as they will be checked out under `evaluator/tasks/`
+/// (files only: git keeps no empty directory).
 fn add_evaluator(
     recipe: &Recipe,
     engine: &EngineConfig,
@@ -316,32 +322,25 @@ fn add_evaluator(
     files: &mut Gen0,
 ) -> Result<FrozenTaskSet> {
     let dataset = &recipe.evaluator.dataset;
-    let tasks: Vec<FileRead> = match builtin::seed(dataset) {
-        Some(seed) if !seed.tasks.is_empty() => seed
-            .tasks
-            .iter()
-            .map(|f| FileRead {
-                path: f.path.to_string(),
-                executable: f.executable,
-                bytes: f.bytes.to_vec(),
-            })
-            .collect(),
-        _ => read_user_tree(&resolve(base, dataset), "evaluator.dataset")?,
+    let (origin, tasks): (PathBuf, Vec<FileRead>) = match builtin::seed(dataset) {
+        Some(seed) if !seed.tasks.is_empty() => (
+            PathBuf::from(format!("builtin:{dataset}")),
+            seed.tasks
+                .iter()
+                .map(|f| FileRead {
+                    path: f.path.to_string(),
+                    executable: f.executable,
+                    bytes: f.bytes.to_vec(),
+                })
+                .collect(),
+        ),
+        _ => {
+            let dir = resolve(base, dataset);
+            let tasks = read_user_tree(&dir, "evaluator.dataset")?;
+            (dir, tasks)
+        }
     };
-    let scratch = tempfile::Builder::new()
-        .prefix("evolve-init-tasks-")
-        .tempdir()
-        .map_err(|e| err(format!("cannot create a temporary directory: {e}")))?;
-    let parts = tasks
-        .iter()
-        .map(|f| (f.path.as_str(), f.executable, f.bytes.as_slice()));
-    builtin::write_files(scratch.path(), parts).map_err(|e| {
-        err(format!(
-            "cannot write the task set into {}: {e}",
-            scratch.path().display()
-        ))
-    })?;
-    let frozen = freeze(recipe, scratch.path())?;
+    let frozen = freeze(recipe, &origin, &tasks)?;
     for f in tasks {
         files.add(
             &format!("{}/{}", layout::TASKS_DIR, f.path),
@@ -357,14 +356,25 @@ fn add_evaluator(
     Ok(frozen)
 }
 
-fn freeze(recipe: &Recipe, tasks_dir: &Path) -> Result<FrozenTaskSet> {
+fn freeze(recipe: &Recipe, origin: &Path, tasks: &[FileRead]) -> Result<FrozenTaskSet> {
     let e = &recipe.evaluator;
     let ratios = SplitRatios {
         train: e.splits.train,
         gate: e.splits.gate,
         sealed: e.splits.sealed,
     };
-    let frozen = FrozenTaskSet::freeze(tasks_dir, ratios, e.splits.seed, e.repetitions)
+    let set = TaskFiles {
+        dir: origin.to_path_buf(),
+        name: layout::TASKS_DIR
+            .rsplit('/')
+            .next()
+            .unwrap_or(layout::TASKS_DIR),
+        files: tasks
+            .iter()
+            .map(|f| (f.path.as_str(), f.executable, f.bytes.as_slice()))
+            .collect(),
+    };
+    let frozen = FrozenTaskSet::freeze_files(&set, ratios, e.splits.seed, e.repetitions)
         .map_err(|e| err(format!("cannot freeze the task set: {e}")))?;
     if frozen.split.gate.is_empty() {
         return Err(err(format!(
@@ -386,16 +396,16 @@ fn add_operators(recipe: &Recipe, base: &Path, files: &mut Gen0) -> Result<()> {
         if parse_stage(stage).is_none() {
             continue;
         }
-        let (bytes, source) = operator_bytes(stage, &binding.operator, base)?;
+        let op = operator_bytes(stage, &binding.operator, base)?;
         let rel = layout::component_path(stage);
         let mut entry = json!({
             "file": rel,
             "operator": binding.operator,
-            "sha256": evolve_archive::sha256_hex(&bytes),
-            "bytes": bytes.len(),
-            "source": source,
+            "sha256": op.sha256,
+            "bytes": op.bytes.len(),
+            "source": op.source,
         });
-        files.add(&rel, false, bytes);
+        files.add_known(&rel, false, op.bytes, op.blob_id);
         if let Some(script) = install_script(stage, binding, base, files, &mut scripts)? {
             entry["script"] = script;
         }
@@ -509,8 +519,19 @@ fn install_script(
     })))
 }
 
-/// The component bytes a binding names, and where they came from.
-pub fn operator_bytes(stage: &str, name: &str, base: &Path) -> Result<(Vec<u8>, String)> {
+/// A component a binding names.
+pub struct OperatorFile {
+    pub bytes: Vec<u8>,
+    /// Where it came from: `file:PATH` or `builtin:STAGE/NAME@evolve-VERSION`.
+    pub source: String,
+    /// Hex SHA-256 of `bytes`.
+    pub sha256: String,
+    /// Its git blob id when known without hashing (an embedded component's).
+    pub blob_id: Option<Oid>,
+}
+
+/// The component a binding names: a file (relative to `base`) or a built-in one.
+pub fn operator_bytes(stage: &str, name: &str, base: &Path) -> Result<OperatorFile> {
     if name.ends_with(".wasm") || name.contains('/') {
         let path = resolve(base, name);
         let bytes = std::fs::read(&path).map_err(|e| {
@@ -519,20 +540,27 @@ pub fn operator_bytes(stage: &str, name: &str, base: &Path) -> Result<(Vec<u8>, 
                 path.display()
             ))
         })?;
-        return Ok((bytes, format!("file:{}", path.display())));
+        return Ok(OperatorFile {
+            sha256: evolve_archive::sha256_hex(&bytes),
+            bytes,
+            source: format!("file:{}", path.display()),
+            blob_id: None,
+        });
     }
     let op = builtin::find(stage, name).ok_or_else(|| {
         err(format!(
             "unknown {stage} operator `{name}` (operators.{stage}.operator)"
         ))
     })?;
-    Ok((
-        op.bytes.to_vec(),
-        format!(
+    Ok(OperatorFile {
+        bytes: op.bytes.to_vec(),
+        source: format!(
             "builtin:{stage}/{name}@evolve-{}",
             env!("CARGO_PKG_VERSION")
         ),
-    ))
+        sha256: evolve_archive::canonical::hex(&op.sha256),
+        blob_id: Oid::from_bytes(&op.blob_id).ok(),
+    })
 }
 
 fn resolve(base: &Path, p: &str) -> PathBuf {
