@@ -146,8 +146,7 @@ pub fn read_tree(
     let dir = open(root)?;
     let mut entries = Vec::new();
     let mut held: std::collections::HashMap<String, std::sync::Arc<Dir>> = Default::default();
-    // (directory handle, name in it, the file as read later)
-    let mut pending: Vec<(std::sync::Arc<Dir>, String, FileRead)> = Vec::new();
+    let mut pending: Vec<Pending> = Vec::new();
     let mut read_now = Vec::new();
     let mut total = 0u64;
     walk_dir(
@@ -192,9 +191,9 @@ pub fn read_tree(
                 None => None,
             };
             match handle {
-                Some(h) => pending.push((h, name.to_string(), file)),
+                Some(h) => pending.push((h, name.to_string(), len, file)),
                 None => {
-                    let bytes = open_read(dir, name, &file.path, limits.max_file_bytes)?;
+                    let bytes = open_read(dir, name, &file.path, len, limits.max_file_bytes)?;
                     read_now.push(FileRead { bytes, ..file });
                 }
             }
@@ -218,13 +217,15 @@ pub fn read_tree(
 /// Directory handles [`read_tree`] keeps open at most (each is a file descriptor).
 pub const MAX_HELD_DIRS: usize = 512;
 
+/// A file [`read_tree`] listed, to read: its directory's handle, its name there, its
+/// size as listed, and the file (contents still empty).
+type Pending = (std::sync::Arc<Dir>, String, u64, FileRead);
+
 /// Read the listed files on every core, in contiguous slices.
-fn read_pending(
-    pending: Vec<(std::sync::Arc<Dir>, String, FileRead)>,
-    max_file_bytes: u64,
-) -> Result<Vec<FileRead>, TreeError> {
-    let read_one = |(dir, name, file): (std::sync::Arc<Dir>, String, FileRead)| {
-        open_read(&dir, &name, &file.path, max_file_bytes).map(|bytes| FileRead { bytes, ..file })
+fn read_pending(pending: Vec<Pending>, max_file_bytes: u64) -> Result<Vec<FileRead>, TreeError> {
+    let read_one = |(dir, name, len, file): Pending| {
+        open_read(&dir, &name, &file.path, len, max_file_bytes)
+            .map(|bytes| FileRead { bytes, ..file })
     };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
     if threads < 2 || pending.len() < 64 {
@@ -384,15 +385,16 @@ fn read_in(dir: &Dir, relative: &str, max_bytes: u64) -> Result<Vec<u8>, TreeErr
             limit: max_bytes,
         });
     }
-    open_read(&parent_dir, &name, relative, max_bytes)
+    open_read(&parent_dir, &name, relative, meta.len(), max_bytes)
 }
 
 /// Open `name` in `parent_dir` without following a link and read at most `max_bytes`
-/// of it (`relative` names it in errors).
+/// of it (`relative` names it in errors; `listed` is its size when it was listed).
 fn open_read(
     parent_dir: &Dir,
     name: &str,
     relative: &str,
+    listed: u64,
     max_bytes: u64,
 ) -> Result<Vec<u8>, TreeError> {
     let mut opts = cap_std::fs::OpenOptions::new();
@@ -406,7 +408,9 @@ fn open_read(
     let file = parent_dir
         .open_with(name, &opts)
         .map_err(|e| io_err(relative, e))?;
-    let mut buf = Vec::new();
+    // Room for the listed size and one byte more, so a file that did not change is
+    // read in one call (and the end found by a second).
+    let mut buf = Vec::with_capacity(listed.min(max_bytes) as usize + 1);
     file.take(max_bytes + 1)
         .read_to_end(&mut buf)
         .map_err(|e| io_err(relative, e))?;

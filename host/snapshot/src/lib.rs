@@ -29,7 +29,7 @@ mod tree;
 use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 
-use git2::{ObjectType, Repository, RepositoryInitOptions, RepositoryOpenFlags, Signature};
+use git2::{ObjectType, Repository, RepositoryOpenFlags, Signature};
 
 pub use error::Error;
 use error::{git, io};
@@ -143,29 +143,42 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// The configuration of a new store: repository format 0, modes tracked, bare.
+const REPOSITORY_CONFIG: &str =
+    "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = true\n";
+
 impl Store {
     /// Create a repository in `dir` (created if absent) with `HEAD` on an
     /// unborn `main` branch, marked bare (`core.bare`: the store keeps no index
     /// and no working tree). Refuses when `dir/.git` exists in any form.
+    ///
+    /// The repository is laid out here, as gitrepository-layout(5) gives the
+    /// minimum git recognizes (`objects/`, `refs/`, `HEAD`) plus the config, and
+    /// opened with libgit2: its init writes a template (description, sample
+    /// hooks, excludes) and probes the file system's symlink, case and mode
+    /// handling for a working tree, three times the files for nothing a bare
+    /// store uses. A fixed branch name, not whatever `init.defaultBranch` a user
+    /// configured. Bare, in `dir/.git`: `git status` in `dir` says there is no
+    /// working tree instead of listing every committed file as deleted.
     pub fn init(dir: &Path) -> Result<Store, Error> {
         let dotgit = dir.join(".git");
         if dotgit.symlink_metadata().is_ok() {
             return Err(Error::AlreadyInitialized(dotgit));
         }
-        let mut opts = RepositoryInitOptions::new();
-        // Fixed branch name: not whatever init.defaultBranch a user configured.
-        // Bare, in `dir/.git`: there is no index and no working tree (trees are
-        // written and read directly), so `git status` in `dir` says that
-        // instead of listing every committed file as deleted, and libgit2 skips
-        // probing the working tree's file system. No external template: what a
-        // user's `init.templatedir` or the system's sample hooks hold has no place in
-        // a workspace (and each file of it is one more to create).
-        opts.initial_head("main")
-            .mkpath(true)
-            .bare(true)
-            .external_template(false);
-        let repo = Repository::init_opts(&dotgit, &opts).map_err(git(format!(
-            "initializing a repository in {}",
+        std::fs::create_dir_all(dir).map_err(io(dir, "creating"))?;
+        // create_dir, not create_dir_all: a `.git` that appeared meanwhile is refused.
+        std::fs::create_dir(&dotgit).map_err(io(&dotgit, "creating"))?;
+        for sub in ["objects", "objects/pack", "refs", "refs/heads", "refs/tags"] {
+            let path = dotgit.join(sub);
+            std::fs::create_dir(&path).map_err(io(&path, "creating"))?;
+        }
+        let config = dotgit.join("config");
+        std::fs::write(&config, REPOSITORY_CONFIG).map_err(io(&config, "writing"))?;
+        // HEAD last: until it exists, git does not take the directory for a repository.
+        let head = dotgit.join("HEAD");
+        std::fs::write(&head, "ref: refs/heads/main\n").map_err(io(&head, "writing"))?;
+        let repo = Repository::open_bare(&dotgit).map_err(git(format!(
+            "opening the repository just created in {}",
             dir.display()
         )))?;
         Ok(Store {
