@@ -257,9 +257,6 @@ impl FrozenTaskSet {
         seed: u64,
         repetitions: u32,
     ) -> Result<FrozenTaskSet> {
-        if repetitions == 0 {
-            return Err(Error::new(ErrorKind::Usage, "repetitions must be ≥ 1"));
-        }
         let (tasks, _) = crate::task::discover(dir)?;
         let mut digests = BTreeMap::new();
         for t in &tasks {
@@ -277,9 +274,6 @@ impl FrozenTaskSet {
         seed: u64,
         repetitions: u32,
     ) -> Result<FrozenTaskSet> {
-        if repetitions == 0 {
-            return Err(Error::new(ErrorKind::Usage, "repetitions must be ≥ 1"));
-        }
         let mut digests = BTreeMap::new();
         for (name, dir, files) in set.tasks() {
             let task = crate::task::InMemory { dir, files };
@@ -296,6 +290,9 @@ impl FrozenTaskSet {
         seed: u64,
         repetitions: u32,
     ) -> Result<FrozenTaskSet> {
+        if repetitions == 0 {
+            return Err(Error::new(ErrorKind::Usage, "repetitions must be ≥ 1"));
+        }
         let names: Vec<String> = digests.keys().cloned().collect();
         let split = assign(&names, &ratios, seed)?;
         let task_set_digest = task_set_digest(&digests, &split, repetitions, seed)?;
