@@ -430,24 +430,16 @@ impl Task {
     /// Load a task and collect *every* problem (for `tasks check`).
     pub fn load_all(dir: &Path) -> (Option<Task>, Vec<Error>) {
         let name = dir.file_name().and_then(|n| n.to_str());
-        match std::fs::symlink_metadata(dir) {
-            Ok(m) if m.is_dir() => Self::check(name, dir, &OnDisk(dir)),
+        let unusable = match std::fs::symlink_metadata(dir) {
+            Ok(m) if m.is_dir() => return Self::check(name, dir, &OnDisk(dir)),
             Ok(_) => {
-                let mut problems = Self::name_problems(name, dir);
-                problems.push(
-                    Error::invalid_task("task path is not a directory (symlinks are not followed)")
-                        .at_path(dir),
-                );
-                (None, problems)
+                Error::invalid_task("task path is not a directory (symlinks are not followed)")
             }
-            Err(e) => {
-                let mut problems = Self::name_problems(name, dir);
-                problems.push(
-                    Error::invalid_task(format!("cannot read task directory: {e}")).at_path(dir),
-                );
-                (None, problems)
-            }
-        }
+            Err(e) => Error::invalid_task(format!("cannot read task directory: {e}")),
+        };
+        let mut problems = Self::name_problems(name, dir);
+        problems.push(unusable.at_path(dir));
+        (None, problems)
     }
 
     /// Load a task whose files are held in memory (see [`InMemory`]).
