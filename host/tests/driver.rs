@@ -342,15 +342,9 @@ fn stall_swap_swaps_the_select_policy_when_progress_stalls() {
 #[test]
 fn bad_driver_arguments_are_usage_errors() {
     let e = experiment(1, json!({"action": "climb"}));
-    let out = e
-        .evolve(&["run", "ws", "--driver", "no_such_driver"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(
-        text(&out).contains("neither a built-in driver"),
-        "{}",
-        text(&out)
+    e.usage_error(
+        &["run", "ws", "--driver", "no_such_driver"],
+        "neither a built-in driver",
     );
     // A select component is not a driver.
     let out = e

@@ -60,15 +60,9 @@ fn init_freezes_a_committed_workspace_and_refuses_to_overwrite_it() {
     let types: Vec<Value> = e.events().iter().map(|e| e["type"].clone()).collect();
     assert_eq!(types, [json!("genesis"), json!("generation")]);
     // A second init over it, or into any non-empty directory, is refused.
-    let again = e
-        .evolve(&["init", "ws", "--recipe", "recipe.yaml"])
-        .output()
-        .unwrap();
-    assert_eq!(again.status.code(), Some(2), "{}", text(&again));
-    assert!(
-        text(&again).contains("already a workspace"),
-        "{}",
-        text(&again)
+    e.usage_error(
+        &["init", "ws", "--recipe", "recipe.yaml"],
+        "already a workspace",
     );
     let into_target = e
         .evolve(&["init", "target", "--recipe", "recipe.yaml"])
@@ -102,15 +96,9 @@ fn init_freezes_a_committed_workspace_and_refuses_to_overwrite_it() {
 fn init_reads_targets_as_plain_files_and_leaves_nothing_when_it_fails() {
     let e = Exp::new(&Spec::default());
     std::os::unix::fs::symlink("/etc/passwd", e.root().join("target/passwd")).unwrap();
-    let out = e
-        .evolve(&["init", "ws", "--recipe", "recipe.yaml"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(
-        text(&out).contains("target/passwd is a symlink (to /etc/passwd)"),
-        "{}",
-        text(&out)
+    e.usage_error(
+        &["init", "ws", "--recipe", "recipe.yaml"],
+        "target/passwd is a symlink (to /etc/passwd)",
     );
     assert!(
         !e.ws.exists(),

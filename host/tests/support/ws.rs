@@ -172,6 +172,24 @@ impl Exp {
         out
     }
 
+    /// Run `evolve args`, which must fail as a usage error (exit 2) whose message on
+    /// stderr says `says`.
+    pub fn usage_error(&self, args: &[&str], says: &str) -> Output {
+        let out = self.evolve(args).output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "evolve {args:?}: {}",
+            text(&out)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(says),
+            "evolve {args:?} should say {says:?}: {}",
+            text(&out)
+        );
+        out
+    }
+
     pub fn init(&self) {
         self.run_ok(&["init", "ws", "--recipe", "recipe.yaml"]);
     }
