@@ -119,7 +119,15 @@ pub fn open(root: &Path) -> Result<Dir, TreeError> {
 pub fn walk(root: &Path, limits: TreeLimits) -> Result<Vec<Entry>, TreeError> {
     let dir = open(root)?;
     let mut out = Vec::new();
-    walk_dir(&dir, "", 0, limits, &mut out, &mut |_, _, _| Ok(true))?;
+    walk_dir(
+        &dir,
+        "",
+        0,
+        limits,
+        Stat::Lstat,
+        &mut out,
+        &mut |_, _, _, _| Ok(true),
+    )?;
     Ok(out)
 }
 
@@ -132,12 +140,17 @@ pub struct FileRead {
     pub bytes: Vec<u8>,
 }
 
-/// [`walk`] `root` and read every regular file, each through the walk's own handle on
-/// its directory with `O_NOFOLLOW` (a file swapped for a link after it was listed fails
-/// to open), within `limits` for each file and for all of them. Entries whose name
-/// `skip` accepts are neither listed nor entered. Files are read on every core: the walk
-/// keeps a handle on each directory that holds files (up to [`MAX_HELD_DIRS`]; files in
-/// further directories are read during the walk).
+/// [`walk`] `root` and read every regular file, within `limits` for each file and for
+/// all of them. Entries whose name `skip` accepts are neither listed nor entered.
+///
+/// The walk takes each entry's type from its directory's listing and stats no file: each
+/// file is opened through the walk's own handle on its directory with `O_NOFOLLOW` and
+/// `O_NONBLOCK`, and its size and mode are those of the open descriptor. So a file
+/// swapped for a link after it was listed fails to open, one swapped for a directory or
+/// a FIFO is refused without blocking, and the size checked is the size of what is read.
+/// Files are read on every core: the walk keeps a handle on each directory that holds
+/// files (up to [`MAX_HELD_DIRS`]; files in further directories are read during the
+/// walk). The listed entries of files carry the size and mode found when reading.
 pub fn read_tree(
     root: &Path,
     limits: TreeLimits,
@@ -148,38 +161,21 @@ pub fn read_tree(
     let mut held: std::collections::HashMap<String, std::sync::Arc<Dir>> = Default::default();
     let mut pending: Vec<Pending> = Vec::new();
     let mut read_now = Vec::new();
-    let mut total = 0u64;
+    let budget = Budget::new(limits);
     walk_dir(
         &dir,
         "",
         0,
         limits,
+        Stat::OnOpen,
         &mut entries,
-        &mut |dir, name, entry| {
+        &mut |dir, name, entry, at| {
             if skip(name) {
                 return Ok(false);
             }
-            let EntryKind::File { executable, len } = entry.kind else {
+            if !matches!(entry.kind, EntryKind::File { .. }) {
                 return Ok(true);
-            };
-            if len > limits.max_file_bytes {
-                return Err(TreeError::TooBig {
-                    path: entry.path.clone(),
-                    len,
-                    limit: limits.max_file_bytes,
-                });
             }
-            total += len;
-            if total > limits.max_total_bytes {
-                return Err(TreeError::TotalTooBig {
-                    limit: limits.max_total_bytes,
-                });
-            }
-            let file = FileRead {
-                path: entry.path.clone(),
-                executable,
-                bytes: Vec::new(),
-            };
             let parent = entry.path.rsplit_once('/').map_or("", |(p, _)| p);
             let handle = match held.get(parent) {
                 Some(h) => Some(h.clone()),
@@ -191,24 +187,21 @@ pub fn read_tree(
                 None => None,
             };
             match handle {
-                Some(h) => pending.push((h, name.to_string(), len, file)),
-                None => {
-                    let bytes = open_read(dir, name, &file.path, len, limits.max_file_bytes)?;
-                    read_now.push(FileRead { bytes, ..file });
-                }
+                Some(h) => pending.push((h, name.to_string(), entry.path.clone(), at)),
+                None => read_now.push((open_read(dir, name, &entry.path, &budget)?, at)),
             }
             Ok(true)
         },
     )?;
-    let mut files = read_pending(pending, limits.max_file_bytes)?;
-    files.extend(read_now);
-    // Sizes were checked as listed; a file that grew since is bounded by its own read,
-    // and the sum is checked again as read.
-    let read: u64 = files.iter().map(|f| f.bytes.len() as u64).sum();
-    if read > limits.max_total_bytes {
-        return Err(TreeError::TotalTooBig {
-            limit: limits.max_total_bytes,
-        });
+    let mut read = read_pending(pending, &budget)?;
+    read.extend(read_now);
+    let mut files = Vec::with_capacity(read.len());
+    for (file, at) in read {
+        entries[at].kind = EntryKind::File {
+            len: file.bytes.len() as u64,
+            executable: file.executable,
+        };
+        files.push(file);
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
     Ok((entries, files))
@@ -218,18 +211,65 @@ pub fn read_tree(
 pub const MAX_HELD_DIRS: usize = 512;
 
 /// A file [`read_tree`] listed, to read: its directory's handle, its name there, its
-/// size as listed, and the file (contents still empty).
-type Pending = (std::sync::Arc<Dir>, String, u64, FileRead);
+/// path in the tree, and the index of its entry.
+type Pending = (std::sync::Arc<Dir>, String, String, usize);
 
-/// Read the listed files on every core, in contiguous slices.
-fn read_pending(pending: Vec<Pending>, max_file_bytes: u64) -> Result<Vec<FileRead>, TreeError> {
-    let read_one = |(dir, name, len, file): Pending| {
-        open_read(&dir, &name, &file.path, len, max_file_bytes)
-            .map(|bytes| FileRead { bytes, ..file })
+/// The byte limits of one [`read_tree`], shared by its reading threads: each file is
+/// charged its size before it is read, so a tree over the total stops at the first file
+/// past it rather than after reading everything.
+struct Budget {
+    max_file_bytes: u64,
+    max_total_bytes: u64,
+    spent: std::sync::atomic::AtomicU64,
+}
+
+impl Budget {
+    fn new(limits: TreeLimits) -> Self {
+        Budget {
+            max_file_bytes: limits.max_file_bytes,
+            max_total_bytes: limits.max_total_bytes,
+            spent: 0.into(),
+        }
+    }
+
+    fn charge(&self, path: &str, len: u64) -> Result<(), TreeError> {
+        if len > self.max_file_bytes {
+            return Err(TreeError::TooBig {
+                path: path.to_string(),
+                len,
+                limit: self.max_file_bytes,
+            });
+        }
+        let before = self
+            .spent
+            .fetch_add(len, std::sync::atomic::Ordering::Relaxed);
+        if before.saturating_add(len) > self.max_total_bytes {
+            return Err(TreeError::TotalTooBig {
+                limit: self.max_total_bytes,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Read the listed files on every core (this thread included), in contiguous slices.
+/// Returns each file with its entry's index.
+fn read_pending(
+    pending: Vec<Pending>,
+    budget: &Budget,
+) -> Result<Vec<(FileRead, usize)>, TreeError> {
+    let read_one = |(dir, name, path, at): Pending| {
+        open_read(&dir, &name, &path, budget).map(|file| (file, at))
+    };
+    let read_all = |slice: Vec<Pending>| {
+        slice
+            .into_iter()
+            .map(read_one)
+            .collect::<Result<Vec<_>, _>>()
     };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
     if threads < 2 || pending.len() < 64 {
-        return pending.into_iter().map(read_one).collect();
+        return read_all(pending);
     }
     let per = pending.len().div_ceil(threads);
     let mut slices = Vec::with_capacity(threads);
@@ -239,37 +279,46 @@ fn read_pending(pending: Vec<Pending>, max_file_bytes: u64) -> Result<Vec<FileRe
         slices.push(rest);
         rest = tail;
     }
-    slices.push(rest);
     std::thread::scope(|s| {
         let workers: Vec<_> = slices
             .into_iter()
-            .map(|slice| {
-                s.spawn(move || {
-                    slice
-                        .into_iter()
-                        .map(read_one)
-                        .collect::<Result<Vec<_>, _>>()
-                })
-            })
+            .map(|slice| s.spawn(move || read_all(slice)))
             .collect();
-        let mut files = Vec::new();
+        // The last slice is read here while the others are read on their threads.
+        let mut files = read_all(rest);
         for w in workers {
             // A worker's panic is re-raised here, as if read on this thread.
-            files.extend(w.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?);
+            let slice = w.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?;
+            files = files.and_then(|mut f| {
+                f.extend(slice);
+                Ok(f)
+            });
         }
-        Ok(files)
+        files
     })
 }
 
+/// How [`walk_dir`] learns a regular file's size and mode.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stat {
+    /// `lstat` each file as it is listed.
+    Lstat,
+    /// Not at all: the caller opens each file and takes them from the descriptor. Files
+    /// are listed as `File { len: 0, executable: false }` for the caller to fill in.
+    OnOpen,
+}
+
 /// What [`walk_dir`] asks of each entry before listing it: given the entry's directory
-/// handle and name, `Ok(false)` leaves it out (and does not enter it).
-type Visit<'a> = dyn FnMut(&Dir, &str, &Entry) -> Result<bool, TreeError> + 'a;
+/// handle, its name and the index it will have in the listing, `Ok(false)` leaves it out
+/// (and does not enter it).
+type Visit<'a> = dyn FnMut(&Dir, &str, &Entry, usize) -> Result<bool, TreeError> + 'a;
 
 fn walk_dir(
     dir: &Dir,
     prefix: &str,
     depth: usize,
     limits: TreeLimits,
+    stat: Stat,
     out: &mut Vec<Entry>,
     visit: &mut Visit<'_>,
 ) -> Result<(), TreeError> {
@@ -292,10 +341,12 @@ fn walk_dir(
                 parent: display(prefix),
             });
         }
-        names.push(name);
+        // The type the listing gives (`d_type`); unknown on some file systems.
+        let listed = entry.file_type().ok();
+        names.push((name, listed));
     }
-    names.sort();
-    for name in names {
+    names.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, listed) in names {
         if out.len() >= limits.max_entries {
             return Err(TreeError::TooMany {
                 limit: limits.max_entries,
@@ -306,41 +357,72 @@ fn walk_dir(
         } else {
             format!("{prefix}/{name}")
         };
-        let meta = dir.symlink_metadata(&name).map_err(|e| io_err(&path, e))?;
-        let ft = meta.file_type();
-        let kind = if ft.is_symlink() {
-            let target = dir
-                .read_link_contents(&name)
-                .map_err(|e| io_err(&path, e))?;
-            EntryKind::Symlink {
-                target: target.to_string_lossy().to_string(),
-            }
-        } else if ft.is_dir() {
-            EntryKind::Dir
-        } else if ft.is_file() {
-            use cap_std::fs::PermissionsExt;
-            EntryKind::File {
-                len: meta.len(),
-                executable: meta.permissions().mode() & 0o111 != 0,
-            }
-        } else {
-            EntryKind::Special
+        let kind = match listed {
+            Some(ft) if ft.is_file() && stat == Stat::OnOpen => EntryKind::File {
+                len: 0,
+                executable: false,
+            },
+            Some(ft) if ft.is_dir() => EntryKind::Dir,
+            Some(ft) if ft.is_symlink() => symlink_kind(dir, &name, &path)?,
+            Some(ft) if !ft.is_file() && is_known(ft) => EntryKind::Special,
+            _ => lstat_kind(dir, &name, &path)?,
         };
         let is_dir = kind == EntryKind::Dir;
         let entry = Entry {
             path: path.clone(),
             kind,
         };
-        if !visit(dir, &name, &entry)? {
+        if !visit(dir, &name, &entry, out.len())? {
             continue;
         }
         out.push(entry);
         if is_dir {
+            // `open_dir` refuses a link: a directory swapped for one since it was listed
+            // is an error, not a way out.
             let sub = dir.open_dir(&name).map_err(|e| io_err(&path, e))?;
-            walk_dir(&sub, &path, depth + 1, limits, out, visit)?;
+            walk_dir(&sub, &path, depth + 1, limits, stat, out, visit)?;
         }
     }
     Ok(())
+}
+
+/// Whether a listed type is a real answer (a file system may list every entry as
+/// unknown, which only a stat resolves).
+fn is_known(ft: cap_std::fs::FileType) -> bool {
+    use cap_std::fs::FileTypeExt;
+    ft.is_file()
+        || ft.is_dir()
+        || ft.is_symlink()
+        || ft.is_fifo()
+        || ft.is_socket()
+        || ft.is_block_device()
+        || ft.is_char_device()
+}
+
+fn symlink_kind(dir: &Dir, name: &str, path: &str) -> Result<EntryKind, TreeError> {
+    let target = dir.read_link_contents(name).map_err(|e| io_err(path, e))?;
+    Ok(EntryKind::Symlink {
+        target: target.to_string_lossy().to_string(),
+    })
+}
+
+/// An entry's kind by `lstat`, with a file's size and mode.
+fn lstat_kind(dir: &Dir, name: &str, path: &str) -> Result<EntryKind, TreeError> {
+    let meta = dir.symlink_metadata(name).map_err(|e| io_err(path, e))?;
+    let ft = meta.file_type();
+    Ok(if ft.is_symlink() {
+        symlink_kind(dir, name, path)?
+    } else if ft.is_dir() {
+        EntryKind::Dir
+    } else if ft.is_file() {
+        use cap_std::fs::PermissionsExt;
+        EntryKind::File {
+            len: meta.len(),
+            executable: meta.permissions().mode() & 0o111 != 0,
+        }
+    } else {
+        EntryKind::Special
+    })
 }
 
 fn display(prefix: &str) -> String {
@@ -378,55 +460,58 @@ fn read_in(dir: &Dir, relative: &str, max_bytes: u64) -> Result<Vec<u8>, TreeErr
             found,
         });
     }
-    if meta.len() > max_bytes {
-        return Err(TreeError::TooBig {
-            path: relative.to_string(),
-            len: meta.len(),
-            limit: max_bytes,
-        });
-    }
-    open_read(&parent_dir, &name, relative, meta.len(), max_bytes)
+    let budget = Budget {
+        max_file_bytes: max_bytes,
+        max_total_bytes: u64::MAX,
+        spent: 0.into(),
+    };
+    open_read(&parent_dir, &name, relative, &budget).map(|f| f.bytes)
 }
 
-/// Open `name` in `parent_dir` without following a link and read at most `max_bytes`
-/// of it (`relative` names it in errors; `listed` is its size when it was listed).
+/// Open `name` in `parent_dir` as a regular file, never following a link or blocking on
+/// a FIFO, charge its size to `budget` and read it (`relative` is its path in the tree).
+/// The size and mode are the open descriptor's: whatever the entry was when it was
+/// listed, what is read is what was checked, and no more than that size is read.
 fn open_read(
     parent_dir: &Dir,
     name: &str,
     relative: &str,
-    listed: u64,
-    max_bytes: u64,
-) -> Result<Vec<u8>, TreeError> {
+    budget: &Budget,
+) -> Result<FileRead, TreeError> {
     let mut opts = cap_std::fs::OpenOptions::new();
     opts.read(true);
     {
         use cap_std::fs::OpenOptionsExt;
-        // O_NOFOLLOW: the entry was a regular file a moment ago; if it was swapped for
-        // a link since, the open fails instead of following it.
-        opts.custom_flags(libc_o_nofollow());
+        opts.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
     }
     let file = parent_dir
         .open_with(name, &opts)
         .map_err(|e| io_err(relative, e))?;
-    // Room for the listed size and one byte more, so a file that did not change is
-    // read in one call (and the end found by a second).
-    let mut buf = Vec::with_capacity(listed.min(max_bytes) as usize + 1);
-    file.take(max_bytes + 1)
-        .read_to_end(&mut buf)
-        .map_err(|e| io_err(relative, e))?;
-    if buf.len() as u64 > max_bytes {
-        return Err(TreeError::TooBig {
+    let meta = file.metadata().map_err(|e| io_err(relative, e))?;
+    if !meta.is_file() {
+        return Err(TreeError::NotAFile {
             path: relative.to_string(),
-            len: buf.len() as u64,
-            limit: max_bytes,
+            found: if meta.is_dir() {
+                "directory"
+            } else {
+                "special file"
+            },
         });
     }
-    Ok(buf)
-}
-
-const fn libc_o_nofollow() -> i32 {
-    // O_NOFOLLOW on Linux (all architectures this project builds for).
-    0o400000
+    let len = meta.len();
+    budget.charge(relative, len)?;
+    // The file as it was when opened: no more than its size then (so one read, and no
+    // second to find the end), even if it grows meanwhile.
+    let mut buf = Vec::with_capacity(len as usize);
+    file.take(len)
+        .read_to_end(&mut buf)
+        .map_err(|e| io_err(relative, e))?;
+    use cap_std::fs::PermissionsExt;
+    Ok(FileRead {
+        path: relative.to_string(),
+        executable: meta.permissions().mode() & 0o111 != 0,
+        bytes: buf,
+    })
 }
 
 /// Open each parent directory, refusing any that is a symlink. (The operator has
@@ -595,6 +680,71 @@ mod tests {
             assert_eq!(f.path, format!("d{i:04}/f"));
             assert_eq!(f.bytes, format!("file {i}").into_bytes());
         }
+    }
+
+    fn mkfifo(path: &Path) {
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path; mkfifo only creates the node.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    }
+
+    #[test]
+    fn read_tree_lists_types_from_the_directory_and_sizes_from_the_descriptor() {
+        use std::os::unix::fs::PermissionsExt;
+        let (_base, root) = tree();
+        std::fs::write(root.join("run.sh"), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(root.join("run.sh"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        mkfifo(&root.join("sub/pipe"));
+        // A FIFO is listed as special and never opened (opening one blocks).
+        let (entries, files) = read_tree(&root, TreeLimits::default(), &|_| false).unwrap();
+        let kind = |p: &str| entries.iter().find(|e| e.path == p).unwrap().kind.clone();
+        assert_eq!(kind("sub/pipe"), EntryKind::Special);
+        assert_eq!(
+            kind("run.sh"),
+            EntryKind::File {
+                len: 10,
+                executable: true
+            }
+        );
+        assert_eq!(
+            kind("sub/b.txt"),
+            EntryKind::File {
+                len: 5,
+                executable: false
+            }
+        );
+        assert_eq!(files.len(), 3);
+        assert!(files.iter().any(|f| f.path == "run.sh" && f.executable));
+    }
+
+    #[test]
+    fn an_entry_swapped_after_listing_is_refused_by_its_descriptor() {
+        // What the walk listed as a regular file may be anything by the time it is
+        // opened: a FIFO must not block the read, a directory must not be read.
+        let base = tempfile::tempdir().unwrap();
+        mkfifo(&base.path().join("was_a_file"));
+        std::fs::create_dir(base.path().join("was_a_file_too")).unwrap();
+        symlink("/etc/passwd", base.path().join("now_a_link")).unwrap();
+        let dir = open(base.path()).unwrap();
+        let budget = Budget::new(TreeLimits::default());
+        for (name, found) in [
+            ("was_a_file", "special file"),
+            ("was_a_file_too", "directory"),
+        ] {
+            assert_eq!(
+                open_read(&dir, name, name, &budget),
+                Err(TreeError::NotAFile {
+                    path: name.into(),
+                    found
+                })
+            );
+        }
+        assert!(matches!(
+            open_read(&dir, "now_a_link", "now_a_link", &budget),
+            Err(TreeError::Io { .. })
+        ));
+        assert_eq!(budget.spent.load(std::sync::atomic::Ordering::Relaxed), 0);
     }
 
     #[test]
