@@ -12,6 +12,7 @@
 //! about as large as its contents (a `git gc` recompresses it); deflating that
 //! megabyte at zlib's fastest level (about 10 ms here) would cost more than the whole write.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 use std::fs::{self, File};
 use std::io::Write;
@@ -39,6 +40,7 @@ pub struct NewFile {
 }
 
 /// Pack object types (the pack format's numbers).
+const OBJ_COMMIT: u8 = 1;
 const OBJ_TREE: u8 = 2;
 const OBJ_BLOB: u8 = 3;
 
@@ -57,30 +59,93 @@ enum Node<'a> {
 #[derive(Default)]
 struct Objects<'a> {
     seen: HashSet<Oid>,
-    list: Vec<(Oid, u8, std::borrow::Cow<'a, [u8]>)>,
+    list: Vec<(Oid, u8, Cow<'a, [u8]>)>,
 }
 
 impl<'a> Objects<'a> {
-    fn add(&mut self, id: Oid, kind: u8, data: std::borrow::Cow<'a, [u8]>) {
+    fn add(&mut self, id: Oid, kind: u8, data: Cow<'a, [u8]>) {
         if self.seen.insert(id) {
             self.list.push((id, kind, data));
         }
     }
 }
 
-/// Build the tree of `files`, write its blobs and trees as one durable pack in
-/// `objects_dir/pack`, and return the root tree's id.
-pub(crate) fn write_tree(objects_dir: &Path, files: &[NewFile]) -> Result<Oid, Error> {
+/// Generation 0 assembled in memory by [`Store::prepare_first`](crate::Store::prepare_first):
+/// its blobs, trees and commit, each id known before anything is written, so a caller can
+/// record them elsewhere while [`Store::write_first`](crate::Store::write_first) makes
+/// them durable.
+pub struct FirstCommit<'a> {
+    tree: Oid,
+    commit: Oid,
+    /// The root tree's entries: name to id.
+    top: BTreeMap<&'a str, Oid>,
+    objects: Vec<(Oid, u8, Cow<'a, [u8]>)>,
+}
+
+impl FirstCommit<'_> {
+    /// The root tree.
+    pub fn tree(&self) -> Oid {
+        self.tree
+    }
+
+    /// The commit.
+    pub fn commit(&self) -> Oid {
+        self.commit
+    }
+
+    /// The id of the root tree's entry `name` (a subtree or a file), if it has one.
+    pub fn entry(&self, name: &str) -> Option<Oid> {
+        self.top.get(name).copied()
+    }
+}
+
+/// Build and hash the tree of `files` and a parentless commit of it with `message`,
+/// authored and committed by `signature`. Nothing is written.
+pub(crate) fn prepare<'a>(
+    files: &'a [NewFile],
+    message: &str,
+    signature: &git2::Signature<'_>,
+) -> Result<FirstCommit<'a>, Error> {
     let ids = blob_ids(files)?;
     let mut objects = Objects::default();
     let mut root = Dir::default();
     for (file, id) in files.iter().zip(ids) {
-        objects.add(id, OBJ_BLOB, std::borrow::Cow::Borrowed(&file.bytes));
+        objects.add(id, OBJ_BLOB, Cow::Borrowed(&file.bytes));
         insert(&mut root, file, id)?;
     }
-    let tree = write_dir(&root, &mut objects)?;
-    write_pack(&objects_dir.join("pack"), &objects.list)?;
-    Ok(tree)
+    let (tree, top) = write_dir(&root, &mut objects)?;
+    let body = commit_body(tree, message, signature);
+    let commit = Oid::hash_object(ObjectType::Commit, &body)
+        .map_err(crate::error::git("hashing the commit"))?;
+    objects.add(commit, OBJ_COMMIT, Cow::Owned(body));
+    Ok(FirstCommit {
+        tree,
+        commit,
+        top,
+        objects: objects.list,
+    })
+}
+
+/// Write `first`'s objects as one durable pack in `objects_dir/pack`.
+pub(crate) fn write(objects_dir: &Path, first: &FirstCommit<'_>) -> Result<(), Error> {
+    write_pack(&objects_dir.join("pack"), &first.objects)
+}
+
+/// A commit object's body (git's format): its tree, no parent, author and committer
+/// lines (`name <email> seconds ±hhmm`), a blank line, the message.
+fn commit_body(tree: Oid, message: &str, signature: &git2::Signature<'_>) -> Vec<u8> {
+    let when = signature.when();
+    let offset = when.offset_minutes().unsigned_abs();
+    let person = format!(
+        "{} <{}> {} {}{:02}{:02}",
+        String::from_utf8_lossy(signature.name_bytes()),
+        String::from_utf8_lossy(signature.email_bytes()),
+        when.seconds(),
+        if when.offset_minutes() < 0 { '-' } else { '+' },
+        offset / 60,
+        offset % 60
+    );
+    format!("tree {tree}\nauthor {person}\ncommitter {person}\n\n{message}").into_bytes()
 }
 
 /// The blob id of each file, in order. Hashing is most of the CPU time here, so a
@@ -167,9 +232,14 @@ fn insert<'a>(root: &mut Dir<'a>, file: &'a NewFile, id: Oid) -> Result<(), Erro
     Ok(())
 }
 
-/// Serialize `dir` (children first) as a git tree object; returns its id.
-fn write_dir<'a>(dir: &Dir<'a>, objects: &mut Objects<'a>) -> Result<Oid, Error> {
+/// Serialize `dir` (children first) as a git tree object; returns its id and its
+/// entries' ids by name.
+fn write_dir<'a>(
+    dir: &Dir<'a>,
+    objects: &mut Objects<'a>,
+) -> Result<(Oid, BTreeMap<&'a str, Oid>), Error> {
     let mut entries = Vec::with_capacity(dir.entries.len());
+    let mut ids = BTreeMap::new();
     for (name, node) in &dir.entries {
         let (mode, id) = match node {
             Node::File {
@@ -177,8 +247,9 @@ fn write_dir<'a>(dir: &Dir<'a>, objects: &mut Objects<'a>) -> Result<Oid, Error>
                 id,
             } => (tree::MODE_EXEC, *id),
             Node::File { id, .. } => (tree::MODE_FILE, *id),
-            Node::Dir(sub) => (tree::MODE_TREE, write_dir(sub, objects)?),
+            Node::Dir(sub) => (tree::MODE_TREE, write_dir(sub, objects)?.0),
         };
+        ids.insert(*name, id);
         entries.push(tree::Entry {
             name: name.as_bytes().to_vec(),
             mode,
@@ -188,17 +259,14 @@ fn write_dir<'a>(dir: &Dir<'a>, objects: &mut Objects<'a>) -> Result<Oid, Error>
     let body = tree::serialize(&mut entries);
     let id =
         Oid::hash_object(ObjectType::Tree, &body).map_err(crate::error::git("hashing a tree"))?;
-    objects.add(id, OBJ_TREE, std::borrow::Cow::Owned(body));
-    Ok(id)
+    objects.add(id, OBJ_TREE, Cow::Owned(body));
+    Ok((id, ids))
 }
 
 /// Write `objects` as `pack-<checksum>.pack` and its `.idx` in `pack_dir`: both
 /// written under temporary names and synced, then renamed (the index last: git
 /// takes a pack into account once its index exists), then the directory synced.
-fn write_pack(
-    pack_dir: &Path,
-    objects: &[(Oid, u8, std::borrow::Cow<'_, [u8]>)],
-) -> Result<(), Error> {
+fn write_pack(pack_dir: &Path, objects: &[(Oid, u8, Cow<'_, [u8]>)]) -> Result<(), Error> {
     let (pack, index) = encode(objects)?;
     let checksum: String = pack[pack.len() - 20..]
         .iter()
@@ -234,7 +302,7 @@ fn write_synced(dir: &Path, ext: &str, bytes: &[u8]) -> Result<PathBuf, Error> {
 }
 
 /// The pack (version 2) and its index (version 2) for `objects`.
-fn encode(objects: &[(Oid, u8, std::borrow::Cow<'_, [u8]>)]) -> Result<(Vec<u8>, Vec<u8>), Error> {
+fn encode(objects: &[(Oid, u8, Cow<'_, [u8]>)]) -> Result<(Vec<u8>, Vec<u8>), Error> {
     let size: usize = objects
         .iter()
         .map(|(_, _, d)| 10 + stored_len(d.len()))

@@ -33,7 +33,7 @@ use git2::{ObjectType, Repository, RepositoryOpenFlags, Signature};
 
 pub use error::Error;
 use error::{git, io};
-pub use firstpack::NewFile;
+pub use firstpack::{FirstCommit, NewFile};
 /// Object ids are git's; re-exported so callers need not depend on `git2`.
 pub use git2::Oid;
 pub use materialize::Reconciled;
@@ -256,19 +256,37 @@ impl Store {
 
     /// The repository's first commit, of a tree given in memory: `files`
     /// (every file of it; directories follow from the paths, empty ones do not
-    /// exist in git). The blobs and trees go into one new pack, synced before
-    /// the commit names them (see `firstpack.rs` for why this store writes that
-    /// pack itself); the commit is written as [`Store::commit`] does, then
-    /// `HEAD`'s branch names it. Nothing is written in the workspace itself.
-    /// Refuses unclean paths, any-case `.git` components and a path given twice
-    /// or as both a file and a directory, before writing anything.
+    /// exist in git). [`Store::prepare_first`] then [`Store::write_first`].
+    /// Returns the tree and the commit.
     pub fn commit_first(&self, files: &[NewFile], message: &str) -> Result<(Oid, Oid), Error> {
-        let tree = firstpack::write_tree(&self.repo.path().join("objects"), files)?;
+        let first = Store::prepare_first(files, message)?;
+        self.write_first(&first)?;
+        Ok((first.tree(), first.commit()))
+    }
+
+    /// Assemble a first commit of `files` with `message` in memory, by
+    /// `evolve <evolve@localhost>` now: blobs, trees and the commit, all
+    /// hashed, nothing written. Refuses unclean paths, any-case `.git`
+    /// components and a path given twice or as both a file and a directory.
+    pub fn prepare_first<'a>(
+        files: &'a [NewFile],
+        message: &str,
+    ) -> Result<FirstCommit<'a>, Error> {
+        let sig = Signature::now("evolve", "evolve@localhost")
+            .map_err(git("building the commit signature"))?;
+        firstpack::prepare(files, message, &sig)
+    }
+
+    /// Write a prepared first commit: every object in one new pack, synced
+    /// (see `firstpack.rs` for why this store writes that pack itself), then
+    /// `HEAD`'s branch names the commit. Nothing is written in the workspace
+    /// itself.
+    pub fn write_first(&self, first: &FirstCommit<'_>) -> Result<(), Error> {
+        firstpack::write(&self.repo.path().join("objects"), first)?;
         self.repo
             .odb()
             .and_then(|o| o.refresh())
             .map_err(git("rescanning packs"))?;
-        let commit = write_commit(&self.repo, tree, None, message, None)?;
         let branch = self
             .repo
             .find_reference("HEAD")
@@ -276,9 +294,9 @@ impl Store {
             .and_then(|h| h.symbolic_target().map(str::to_string))
             .unwrap_or_else(|| "refs/heads/main".into());
         self.repo
-            .reference(&branch, commit, false, message)
+            .reference(&branch, first.commit(), false, "evolve: first commit")
             .map_err(git(format!("pointing {branch} at the first commit")))?;
-        Ok((tree, commit))
+        Ok(())
     }
 
     /// How many files snapshots of this store have taken from the records

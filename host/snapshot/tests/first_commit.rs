@@ -144,8 +144,9 @@ fn git_itself_verifies_the_pack_and_its_index() {
     assert_eq!(names.len(), 2, "one pack and its index: {names:?}");
     let idx = ws.path().join(".git/objects/pack").join(&names[0]);
     let verified = git(ws.path(), &["verify-pack", "-v", idx.to_str().unwrap()]);
-    // 12 files with one duplicate content: 11 blobs; trees: root, a, a-b, deep, er, bin.
-    assert!(verified.contains("non delta: 17 objects"), "{verified}");
+    // 12 files with one duplicate content: 11 blobs; trees: root, a, a-b, deep, er, bin;
+    // the commit.
+    assert!(verified.contains("non delta: 18 objects"), "{verified}");
     git(ws.path(), &["fsck", "--full", "--strict"]);
     assert_eq!(
         git(ws.path(), &["rev-parse", "HEAD^{tree}"]).trim(),
@@ -155,6 +156,34 @@ fn git_itself_verifies_the_pack_and_its_index() {
         git(ws.path(), &["show", "HEAD:a-b/deep/er/file.txt"]),
         "deep\n"
     );
+}
+
+#[test]
+fn a_prepared_first_commit_knows_every_id_before_anything_is_written() {
+    let files = sample();
+    let ws = tempfile::tempdir().unwrap();
+    let store = Store::init(ws.path()).unwrap();
+    let first = Store::prepare_first(&files, "gen 0").unwrap();
+    assert!(pack_files(ws.path()).is_empty(), "preparing writes nothing");
+    assert_eq!(store.head().unwrap(), None);
+    let (tree, commit) = (first.tree(), first.commit());
+    let (a, run) = (first.entry("a").unwrap(), first.entry("a.b").unwrap());
+    assert_eq!(first.entry("nothing"), None);
+    store.write_first(&first).unwrap();
+    assert_eq!(store.head().unwrap(), Some(commit));
+    let fresh = Store::open(ws.path()).unwrap();
+    assert_eq!(fresh.tree_of(commit).unwrap(), tree);
+    assert_eq!(fresh.subtree(commit, "a").unwrap(), Some(a));
+    assert_eq!(
+        git(ws.path(), &["rev-parse", "HEAD:a.b"]).trim(),
+        run.to_string()
+    );
+    // The commit is in git's own format: git reads its author, subject and tree back.
+    assert_eq!(
+        git(ws.path(), &["log", "-1", "--format=%an <%ae>|%cn|%s|%T"]).trim(),
+        format!("evolve <evolve@localhost>|evolve|gen 0|{tree}")
+    );
+    git(ws.path(), &["fsck", "--full", "--strict"]);
 }
 
 #[test]
