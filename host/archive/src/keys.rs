@@ -119,6 +119,15 @@ impl ExperimentKey {
     /// created with mode 0700; the file is created exclusively with mode 0600 and fsynced.
     pub fn create(key_path: &Path, experiment_id: &str) -> Result<ExperimentKey, KeyError> {
         let key = Self::generate(experiment_id)?;
+        key.save(key_path)?;
+        Ok(key)
+    }
+
+    /// Save this key at `key_path`, as [`ExperimentKey::create`] does: missing parent
+    /// directories created with mode 0700, the file created exclusively (an existing
+    /// one is an error, never overwritten) with mode 0600, file and directory fsynced.
+    pub fn save(&self, key_path: &Path) -> Result<(), KeyError> {
+        let experiment_id = &self.experiment_id;
         if let Some(dir) = key_path.parent().filter(|d| !d.as_os_str().is_empty()) {
             fs::DirBuilder::new()
                 .recursive(true)
@@ -144,8 +153,8 @@ impl ExperimentKey {
         let doc = json!({
             "algorithm": "ed25519",
             "experiment": experiment_id,
-            "secret_key": hex(key.signing.as_bytes()),
-            "key_id": key.key_id,
+            "secret_key": hex(self.signing.as_bytes()),
+            "key_id": self.key_id,
         });
         let mut bytes = canonical_bytes(&doc);
         bytes.push(b'\n');
@@ -157,7 +166,7 @@ impl ExperimentKey {
                 .and_then(|d| d.sync_all())
                 .map_err(io(dir))?;
         }
-        Ok(key)
+        Ok(())
     }
 
     /// Load the key at `key_path`. Refuses a symlink, a non-regular file, a file with any
