@@ -453,7 +453,12 @@ pub fn resolve_operator(
 /// Check a recipe completely: its shape, then every binding's operator and config
 /// (normalized by the operator component). Returns the recipe with normalized configs.
 pub async fn check(sb: &Sandbox, text: &str, base: &Path) -> Checked {
-    let mut checked = check_shape(text);
+    check_operators(sb, check_shape(text), base).await
+}
+
+/// The second half of [`check`]: have each bound operator normalize its `config` (and
+/// compile a script binding's script), given what [`check_shape`] found.
+pub async fn check_operators(sb: &Sandbox, mut checked: Checked, base: &Path) -> Checked {
     let (Some(recipe), Some(normalized)) = (checked.recipe.as_mut(), checked.normalized.as_mut())
     else {
         return checked;

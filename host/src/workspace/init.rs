@@ -7,13 +7,15 @@
 //! root would only be a second, non-authoritative version that invites edits which
 //! change nothing (`evolve checkout` writes any generation out to look at).
 //!
-//! Everything generation 0 holds is read and checked before the destination is touched.
-//! Then order matters for crash safety: the signing key, the repository and its first
-//! commit (synced), the archive's genesis events, and the `gen/0` tag last. A failure
-//! part way removes what `init` created (the directory was absent or empty). A
-//! workspace without `gen/0` is not a workspace (`Workspace::open` refuses it), so one
-//! left by a killed init is visibly incomplete, and `init` into the same directory
-//! refuses to overwrite it.
+//! Everything generation 0 holds is read and checked before the destination is touched
+//! (the target and the task set are read while the operators check their configs).
+//! Then the `gen/0` tag is what crash safety orders: a workspace without it is not a
+//! workspace (`Workspace::open` refuses it), so everything the tag stands for is made
+//! durable first, on two threads that wait on the disk side by side: the signing key and
+//! the archive's genesis events on one, the repository with its first commit on the
+//! other (each synced). A failure part way removes what `init` created (the directory
+//! was absent or empty); a workspace left by a killed init is visibly incomplete, and
+//! `init` into the same directory refuses to overwrite it.
 
 use super::layout::{self, Paths};
 use super::{EngineConfig, Result, Workspace, err, key_path, now};
@@ -27,6 +29,7 @@ use evolve_snapshot::{NewFile, Oid, Store};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// What `evolve init` was asked for.
 #[derive(Debug, Clone)]
@@ -54,8 +57,20 @@ pub struct Initialized {
 /// Create the workspace described by `req`.
 pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
     refuse_existing(&req.dir)?;
-    let checked = recipe::check(sb, &req.recipe_text, &req.recipe_base).await;
-    let (Some(mut recipe), Some(mut normalized)) = (checked.recipe, checked.normalized) else {
+    let mut shape = recipe::check_shape(&req.recipe_text);
+    if let (Some(recipe), Some(normalized)) = (shape.recipe.as_mut(), shape.normalized.as_mut()) {
+        apply_overrides(req, recipe, normalized);
+    }
+    // The target and the task set are read while the operators check their configs:
+    // neither depends on the other, and both take milliseconds.
+    let sources = shape
+        .recipe
+        .as_ref()
+        .map(|recipe| Sources::read_in_background(recipe, &req.recipe_base));
+    let checked = recipe::check_operators(sb, shape, &req.recipe_base).await;
+    let (Some(recipe), Some(normalized), Some(sources)) =
+        (checked.recipe, checked.normalized, sources)
+    else {
         let lines: Vec<String> = checked
             .violations
             .iter()
@@ -64,12 +79,18 @@ pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
         return Err(err(format!("the recipe is invalid:\n{}", lines.join("\n")))
             .hint("`evolve recipe check RECIPE` lists the same problems"));
     };
-    apply_overrides(req, &mut recipe, &mut normalized);
+    let sources = sources.join()?;
     // Everything generation 0 holds is read and checked before the destination is touched.
     let mut files = Gen0::default();
-    add_target(&recipe, &req.recipe_base, &mut files)?;
+    for f in sources.target {
+        files.add(
+            &format!("{}/{}", layout::TARGET_DIR, f.path),
+            f.executable,
+            f.bytes,
+        );
+    }
     let engine = EngineConfig::from_recipe(&recipe);
-    let task_set = add_evaluator(&recipe, &engine, &req.recipe_base, &mut files)?;
+    let task_set = add_evaluator(&recipe, &engine, sources.tasks, &mut files)?;
     add_operators(&recipe, &req.recipe_base, &mut files)?;
     files.text(
         layout::RECIPE_FILE,
@@ -92,7 +113,7 @@ pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
         root,
         created,
         key_path,
-        key_made: std::cell::Cell::new(false),
+        key_made: AtomicBool::new(false),
         experiment_id,
     };
     let result = create(&made, &recipe, &engine, &task_set, files);
@@ -119,7 +140,7 @@ struct Made {
     created: bool,
     key_path: PathBuf,
     /// Whether `init` created the key (a key it did not create is never removed).
-    key_made: std::cell::Cell<bool>,
+    key_made: AtomicBool,
     experiment_id: String,
 }
 
@@ -131,14 +152,18 @@ impl Made {
             // Not recursive: whatever else appeared in it meanwhile is not init's.
             let _ = std::fs::remove_dir(&self.root);
         }
-        if self.key_made.get() {
+        if self.key_made.load(Ordering::Relaxed) {
             let _ = std::fs::remove_file(&self.key_path);
         }
     }
 }
 
-/// The signing key, the repository with generation 0 committed, the archive's genesis
-/// events and the `gen/0` tag, in that order (see the module comment). Returns the commit.
+/// The durable steps run on two threads. This one assembles and hashes generation 0 in
+/// memory, which makes its commit and tree ids known before anything is written, then
+/// creates the repository and writes its pack (synced). Meanwhile the other saves the
+/// signing key and creates the archive (each synced), and appends the genesis events
+/// once this one sends it the ids. The `gen/0` tag comes last, once both are durable
+/// (see the module comment). Returns the commit.
 fn create(
     made: &Made,
     recipe: &Recipe,
@@ -146,18 +171,49 @@ fn create(
     task_set: &FrozenTaskSet,
     mut files: Gen0,
 ) -> Result<Oid> {
-    let key = ExperimentKey::create(&made.key_path, &made.experiment_id)
+    let key = ExperimentKey::generate(&made.experiment_id)
         .map_err(|e| err(format!("cannot create the signing key: {e}")))?;
-    made.key_made.set(true);
     files.add(layout::PUBLIC_KEY_FILE, false, key.public().file_bytes());
-    let store =
-        Store::init(&made.root).map_err(|e| err(format!("cannot create the repository: {e}")))?;
-    let (tree, commit) = store
-        .commit_first(&files.into_list(), "evolve: generation 0")
+    let files = files.into_list();
+    let (send_ids, ids) = std::sync::mpsc::sync_channel(1);
+    let (written, genesis) = std::thread::scope(|s| {
+        let genesis = s.spawn(|| write_genesis(made, key, &recipe.experiment.name, ids));
+        let written = write_repository(made, engine, task_set, &files, send_ids);
+        // A panic while writing the archive is re-raised here, as if on this thread.
+        let genesis = genesis
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        (written, genesis)
+    });
+    // The repository's error first: without its ids the archive could not be written.
+    let (store, commit) = written?;
+    genesis?;
+    store
+        .tag(&layout::tag_name("0"), commit)
+        .map_err(|e| err(format!("cannot tag gen/0: {e}")))?;
+    Ok(commit)
+}
+
+/// What the archive's genesis events record of generation 0.
+struct Gen0Ids {
+    identity: Value,
+    commit: Oid,
+    tree: Oid,
+}
+
+/// Assemble generation 0 from `files`, send its ids to [`write_genesis`], then create
+/// the repository and write it.
+fn write_repository(
+    made: &Made,
+    engine: &EngineConfig,
+    task_set: &FrozenTaskSet,
+    files: &[NewFile],
+    send_ids: std::sync::mpsc::SyncSender<Gen0Ids>,
+) -> Result<(Store, Oid)> {
+    let first = Store::prepare_first(files, "evolve: generation 0")
         .map_err(|e| err(format!("cannot commit generation 0: {e}")))?;
-    let evaluator_tree = store
-        .subtree(commit, layout::EVALUATOR_DIR)
-        .map_err(|e| err(e.to_string()))?
+    let evaluator_tree = first
+        .entry(layout::EVALUATOR_DIR)
         .ok_or_else(|| err("generation 0 has no evaluator/ tree"))?;
     let identity = json!({
         "evaluator_fingerprint": evaluator_tree.to_string(),
@@ -166,27 +222,52 @@ fn create(
             .map_err(|e| err(e.to_string()))?,
         "runtime_fingerprint": engine.runtime_fingerprint(),
     });
+    // Unsent (on an error above), the other thread stops without appending anything.
+    let _ = send_ids.send(Gen0Ids {
+        identity,
+        commit: first.commit(),
+        tree: first.tree(),
+    });
+    let store =
+        Store::init(&made.root).map_err(|e| err(format!("cannot create the repository: {e}")))?;
+    store
+        .write_first(&first)
+        .map_err(|e| err(format!("cannot commit generation 0: {e}")))?;
+    Ok((store, first.commit()))
+}
+
+/// Save the signing key and create the archive, then, given generation 0's ids, append
+/// the genesis event and generation 0's (each synced).
+fn write_genesis(
+    made: &Made,
+    key: ExperimentKey,
+    recipe_name: &str,
+    ids: std::sync::mpsc::Receiver<Gen0Ids>,
+) -> Result<()> {
+    key.save(&made.key_path)
+        .map_err(|e| err(format!("cannot create the signing key: {e}")))?;
+    made.key_made.store(true, Ordering::Relaxed);
     let paths = Paths::new(&made.root);
     let mut archive = Archive::open(&paths.archive(), &made.experiment_id, key)
         .map_err(|e| err(format!("cannot create the archive: {e}")))?;
+    let Ok(gen0_ids) = ids.recv() else {
+        return Err(err("generation 0 was not assembled"));
+    };
     let mut genesis = Map::new();
     genesis.insert("experiment".into(), json!(made.experiment_id));
-    genesis.insert("fixed_identity".into(), identity);
-    genesis.insert("recipe".into(), json!(recipe.experiment.name));
+    genesis.insert("fixed_identity".into(), gen0_ids.identity);
+    genesis.insert("recipe".into(), json!(recipe_name));
     archive
         .append(types::GENESIS, None, genesis, &now())
         .map_err(|e| err(format!("cannot write the archive: {e}")))?;
     let mut gen0 = Map::new();
     gen0.insert("parent".into(), Value::Null);
-    gen0.insert("commit".into(), json!(commit.to_string()));
-    gen0.insert("tree".into(), json!(tree.to_string()));
+    gen0.insert("commit".into(), json!(gen0_ids.commit.to_string()));
+    gen0.insert("tree".into(), json!(gen0_ids.tree.to_string()));
     archive
         .append(types::GENERATION, Some("0"), gen0, &now())
         .map_err(|e| err(format!("cannot write the archive: {e}")))?;
-    store
-        .tag(&layout::tag_name("0"), commit)
-        .map_err(|e| err(format!("cannot tag gen/0: {e}")))?;
-    Ok(commit)
+    Ok(())
 }
 
 /// `init` never writes into a directory that already holds anything.
@@ -286,9 +367,45 @@ impl Gen0 {
     }
 }
 
-fn add_target(recipe: &Recipe, base: &Path, files: &mut Gen0) -> Result<()> {
-    let under = |p: &str| format!("{}/{p}", layout::TARGET_DIR);
-    if let Some(name) = &recipe.target.seed {
+/// The user's files generation 0 holds, read off the disk or taken from a built-in seed:
+/// the target's, and the task set's with where it came from.
+struct Sources {
+    target: Vec<FileRead>,
+    tasks: (PathBuf, Vec<FileRead>),
+}
+
+/// [`Sources`] being read on a thread of their own.
+struct Reading(std::thread::JoinHandle<Result<Sources>>);
+
+impl Sources {
+    /// Start reading `recipe`'s target and task set (relative paths taken from `base`).
+    fn read_in_background(recipe: &Recipe, base: &Path) -> Reading {
+        let (target, dataset, base) = (
+            recipe.target.clone(),
+            recipe.evaluator.dataset.clone(),
+            base.to_path_buf(),
+        );
+        Reading(std::thread::spawn(move || {
+            Ok(Sources {
+                target: read_target(&target, &base)?,
+                tasks: read_tasks(&dataset, &base)?,
+            })
+        }))
+    }
+}
+
+impl Reading {
+    fn join(self) -> Result<Sources> {
+        // A panic while reading is re-raised here, as if read on this thread.
+        self.0
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    }
+}
+
+/// The target's files, by their path under `target/`.
+fn read_target(target: &recipe::Target, base: &Path) -> Result<Vec<FileRead>> {
+    if let Some(name) = &target.seed {
         let seed = builtin::seed(name).ok_or_else(|| {
             let known: Vec<&str> = builtin::SEEDS.iter().map(|s| s.name).collect();
             err(format!(
@@ -296,20 +413,41 @@ fn add_target(recipe: &Recipe, base: &Path, files: &mut Gen0) -> Result<()> {
                 known.join(", ")
             ))
         })?;
-        for f in seed.target {
-            files.add(&under(f.path), f.executable, f.bytes.to_vec());
-        }
-        return Ok(());
+        return Ok(builtin_files(seed.target));
     }
-    let Some(path) = &recipe.target.path else {
+    let Some(path) = &target.path else {
         return Err(err(
             "the recipe names no target (target.seed or target.path)",
         ));
     };
-    for f in read_user_tree(&resolve(base, path), "target.path")? {
-        files.add(&under(&f.path), f.executable, f.bytes);
+    read_user_tree(&resolve(base, path), "target.path")
+}
+
+/// The task set named by `evaluator.dataset` (a built-in one, else a directory), with
+/// where it came from.
+fn read_tasks(dataset: &str, base: &Path) -> Result<(PathBuf, Vec<FileRead>)> {
+    match builtin::seed(dataset) {
+        Some(seed) if !seed.tasks.is_empty() => Ok((
+            PathBuf::from(format!("builtin:{dataset}")),
+            builtin_files(seed.tasks),
+        )),
+        _ => {
+            let dir = resolve(base, dataset);
+            let tasks = read_user_tree(&dir, "evaluator.dataset")?;
+            Ok((dir, tasks))
+        }
     }
-    Ok(())
+}
+
+fn builtin_files(files: &[builtin::SeedFile]) -> Vec<FileRead> {
+    files
+        .iter()
+        .map(|f| FileRead {
+            path: f.path.to_string(),
+            executable: f.executable,
+            bytes: f.bytes.to_vec(),
+        })
+        .collect()
 }
 
 /// Put the task set into generation 0 and freeze it, from memory: the digests are
@@ -318,28 +456,9 @@ fn add_target(recipe: &Recipe, base: &Path, files: &mut Gen0) -> Result<()> {
 fn add_evaluator(
     recipe: &Recipe,
     engine: &EngineConfig,
-    base: &Path,
+    (origin, tasks): (PathBuf, Vec<FileRead>),
     files: &mut Gen0,
 ) -> Result<FrozenTaskSet> {
-    let dataset = &recipe.evaluator.dataset;
-    let (origin, tasks): (PathBuf, Vec<FileRead>) = match builtin::seed(dataset) {
-        Some(seed) if !seed.tasks.is_empty() => (
-            PathBuf::from(format!("builtin:{dataset}")),
-            seed.tasks
-                .iter()
-                .map(|f| FileRead {
-                    path: f.path.to_string(),
-                    executable: f.executable,
-                    bytes: f.bytes.to_vec(),
-                })
-                .collect(),
-        ),
-        _ => {
-            let dir = resolve(base, dataset);
-            let tasks = read_user_tree(&dir, "evaluator.dataset")?;
-            (dir, tasks)
-        }
-    };
     let frozen = freeze(recipe, &origin, &tasks)?;
     for f in tasks {
         files.add(
