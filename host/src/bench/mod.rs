@@ -66,8 +66,8 @@ pub struct Report {
     pub iterations: u32,
     pub table5: Vec<table5::Row>,
     /// Creating the target's 1,000 files (in 40 directories) in a new directory on the
-    /// work disk with plain writes, just before each init sample: the floor under any
-    /// operation that writes the target out (the candidate worktree row), which on ext4
+    /// work disk with plain writes, right before the candidate worktree row: the floor
+    /// under any operation that writes the target out (as that row does), which on ext4
     /// depends on how many files were deleted nearby in the last minutes.
     pub file_creation_floor: stats::Stat,
     pub operator_invocation: invoke::Invocation,

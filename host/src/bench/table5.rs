@@ -10,7 +10,6 @@ use evolve_archive::{Archive, champion, eligibility};
 use evolve_snapshot::{Limits, Oid, Store, Surface};
 use serde::Serialize;
 use std::path::Path;
-use std::time::Instant;
 use tokio::runtime::Runtime;
 
 /// Files in the benchmark target (the issue's "realistic target").
@@ -42,9 +41,11 @@ fn row(operation: &'static str, what: &'static str, stat: Stat, rsihub_median_ms
 
 /// Measure all six in `work` (an empty directory) for the recipe directory at
 /// `recipe_dir` (a [`fixture::experiment`]), `n` samples each. Also returns the disk's
-/// file-creation floor: the target's files written with plain writes just before each
-/// init sample (what any operation that writes the target out, such as the candidate
-/// worktree, cannot go below on this disk in its current state).
+/// file-creation floor: the target's files written with plain writes, `n` times, right
+/// before the candidate worktree row (what any operation that writes the target out,
+/// as that row does, cannot go below on this disk in its current state). It is a phase
+/// of its own: interleaved with another row's samples, the writeback of its thousand
+/// files would be counted in that row.
 pub fn measure(
     rt: &Runtime,
     sb: &Sandbox,
@@ -54,17 +55,9 @@ pub fn measure(
 ) -> Result<(Vec<Row>, Stat), String> {
     // The first init compiles the five components (an installed binary has them cached).
     let ws = init_workspace(rt, sb, recipe_dir, &work.join("ws"))?;
-    let (mut floor, mut inits) = (Vec::new(), Vec::new());
-    for i in 0..n.max(1) {
-        let t = Instant::now();
-        fixture::source_files(&work.join(format!("floor-{i}")), TARGET_FILES)?;
-        floor.push(t.elapsed());
-        let t = Instant::now();
-        init_workspace(rt, sb, recipe_dir, &work.join(format!("ws-init-{i}")))?;
-        inits.push(t.elapsed());
-    }
-    let stat = |v| Stat::of(v).ok_or("no init was measured");
-    let (init_stat, floor) = (stat(inits)?, stat(floor)?);
+    let init_stat = time(n, |i| {
+        init_workspace(rt, sb, recipe_dir, &work.join(format!("ws-init-{i}")))
+    })?;
     let mut rows = vec![row(
         "workspace init",
         "`evolve init` of a 1,000-file target with four tasks and five built-in operators: recipe \
@@ -73,6 +66,9 @@ pub fn measure(
         init_stat,
         155.0,
     )];
+    let floor = time(n, |i| {
+        fixture::source_files(&work.join(format!("floor-{i}")), TARGET_FILES)
+    })?;
     rows.extend(worktree_and_surface(&ws, n)?);
     rows.push(archive_update(work, n)?);
     rows.extend(state_and_replay(work, n)?);
