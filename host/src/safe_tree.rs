@@ -285,16 +285,14 @@ fn read_pending(
             .map(|slice| s.spawn(move || read_all(slice)))
             .collect();
         // The last slice is read here while the others are read on their threads.
-        let mut files = read_all(rest);
+        let mine = read_all(rest);
+        let mut files = Vec::new();
         for w in workers {
             // A worker's panic is re-raised here, as if read on this thread.
-            let slice = w.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?;
-            files = files.and_then(|mut f| {
-                f.extend(slice);
-                Ok(f)
-            });
+            files.extend(w.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?);
         }
-        files
+        files.extend(mine?);
+        Ok(files)
     })
 }
 
