@@ -8,7 +8,8 @@
 
 use crate::builtin;
 use crate::sandbox::{
-    self, LoadedOperator, Sandbox, StageInput, StageOutput, parse_stage, stage_name, types::Stage,
+    self, ComponentDigest, LoadedOperator, Sandbox, StageInput, StageOutput, parse_stage,
+    stage_name, types::Stage,
 };
 use evolve_config_schema::{
     Fields, Schema, Violation, array, boolean, integer, json, number, object, string,
@@ -352,11 +353,23 @@ fn cross_checks(recipe: &Map<String, Value>) -> Result<(), Vec<Violation>> {
 }
 
 /// The problems found in a recipe, each with a path; empty when it is valid.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Checked {
     pub recipe: Option<Recipe>,
     pub normalized: Option<Value>,
     pub violations: Vec<Violation>,
+    /// The component files [`check_operators`] read (bindings that name a `.wasm` path),
+    /// by stage: the very bytes it checked, which `init` freezes, so a file replaced after
+    /// the check cannot get into generation 0 unchecked.
+    pub component_files: std::collections::BTreeMap<String, ComponentFile>,
+}
+
+/// A component [`check_operators`] read from a file.
+#[derive(Debug, Clone)]
+pub struct ComponentFile {
+    pub path: PathBuf,
+    pub bytes: Vec<u8>,
+    pub sha256: ComponentDigest,
 }
 
 /// Parse and check a recipe's text, without running any operator.
@@ -386,24 +399,22 @@ pub fn check_shape(text: &str) -> Checked {
                 Ok(recipe) => Checked {
                     recipe: Some(recipe),
                     normalized: Some(normalized),
-                    violations: vec![],
+                    ..Checked::default()
                 },
                 Err(e) => failed(Violation::new("", format!("has an unexpected shape: {e}"))),
             }
         }
         Err(violations) => Checked {
-            recipe: None,
-            normalized: None,
             violations,
+            ..Checked::default()
         },
     }
 }
 
 fn failed(v: Violation) -> Checked {
     Checked {
-        recipe: None,
-        normalized: None,
         violations: vec![v],
+        ..Checked::default()
     }
 }
 
@@ -415,6 +426,16 @@ pub fn resolve_operator(
     name: &str,
     base: &Path,
 ) -> Result<LoadedOperator, String> {
+    resolve_operator_file(sb, stage, name, base).map(|(op, _)| op)
+}
+
+/// [`resolve_operator`], also returning the component file it read, if it read one.
+fn resolve_operator_file(
+    sb: &Sandbox,
+    stage: Stage,
+    name: &str,
+    base: &Path,
+) -> Result<(LoadedOperator, Option<ComponentFile>), String> {
     if name.ends_with(".wasm") || name.contains('/') {
         let path = if Path::new(name).is_absolute() {
             PathBuf::from(name)
@@ -423,14 +444,24 @@ pub fn resolve_operator(
         };
         let bytes = std::fs::read(&path)
             .map_err(|e| format!("cannot read component {}: {e}", path.display()))?;
-        return sb
+        let op = sb
             .load_bytes(stage, &bytes, path.display().to_string())
-            .map_err(|e| e.to_string());
+            .map_err(|e| e.to_string())?;
+        let sha256 = op.digest;
+        return Ok((
+            op,
+            Some(ComponentFile {
+                path,
+                bytes,
+                sha256,
+            }),
+        ));
     }
     let stage_text = stage_name(stage);
     match builtin::find(stage_text, name) {
         Some(op) => sb
             .load_builtin(stage, op, format!("builtin:{stage_text}/{name}"))
+            .map(|op| (op, None))
             .map_err(|e| e.to_string()),
         None => {
             let known: Vec<&str> = builtin::EMBEDDED
@@ -469,8 +500,13 @@ pub async fn check_operators(sb: &Sandbox, mut checked: Checked, base: &Path) ->
             continue;
         };
         let at = |field: &str| format!("operators.{stage_text}.{field}");
-        let op = match resolve_operator(sb, stage, &binding.operator, base) {
-            Ok(op) => op,
+        let op = match resolve_operator_file(sb, stage, &binding.operator, base) {
+            Ok((op, file)) => {
+                if let Some(file) = file {
+                    checked.component_files.insert(stage_text.clone(), file);
+                }
+                op
+            }
             Err(msg) => {
                 violations.push(Violation::new(at("operator"), msg));
                 continue;

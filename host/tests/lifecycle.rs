@@ -9,7 +9,7 @@ mod ws;
 use chat::{chat_server, model_block};
 use serde_json::{Value, json};
 use std::os::unix::fs::PermissionsExt;
-use ws::{CANARY, Exp, Spec, text, wait_for};
+use ws::{CANARY, Exp, Spec, component, text, wait_for};
 
 fn row<'a>(log: &'a [Value], genid: &str) -> &'a Value {
     log.iter()
@@ -39,7 +39,13 @@ fn init_freezes_a_committed_workspace_and_refuses_to_overwrite_it() {
     }
     let manifest: Value = serde_json::from_str(&e.gen0_file("operators/manifest.json")).unwrap();
     let m = &manifest["components"]["mutate"];
-    assert_eq!(m["sha256"].as_str().unwrap().len(), 64);
+    // The component file is frozen byte for byte, with its SHA-256.
+    let file = std::fs::read(component("scripted_mutate")).unwrap();
+    assert_eq!(e.gen0_bytes("operators/mutate.wasm"), file);
+    assert_eq!(
+        m["sha256"].as_str().unwrap(),
+        evolve_archive::sha256_hex(&file)
+    );
     assert!(m["source"].as_str().unwrap().starts_with("file:"), "{m}");
     assert!(
         manifest["components"]["select"]["source"]

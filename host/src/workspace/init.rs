@@ -20,7 +20,7 @@
 use super::layout::{self, Paths};
 use super::{EngineConfig, Result, Workspace, err, key_path, now};
 use crate::builtin;
-use crate::recipe::{self, Recipe};
+use crate::recipe::{self, ComponentFile, Recipe};
 use crate::safe_tree::{self, EntryKind, FileRead, TreeLimits};
 use crate::sandbox::{Sandbox, parse_stage};
 use evaluator_harbor::split::{FrozenTaskSet, SplitName, SplitRatios, TaskFiles};
@@ -91,7 +91,12 @@ pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
     }
     let engine = EngineConfig::from_recipe(&recipe);
     let task_set = add_evaluator(&recipe, &engine, sources.tasks, &mut files)?;
-    add_operators(&recipe, &req.recipe_base, &mut files)?;
+    add_operators(
+        &recipe,
+        checked.component_files,
+        &req.recipe_base,
+        &mut files,
+    )?;
     files.text(
         layout::RECIPE_FILE,
         &format!(
@@ -507,15 +512,21 @@ fn freeze(recipe: &Recipe, origin: &Path, tasks: &[FileRead]) -> Result<FrozenTa
 }
 
 /// Freeze every bound operator into `operators/<stage>.wasm`, with a manifest of digests
-/// and sources.
-fn add_operators(recipe: &Recipe, base: &Path, files: &mut Gen0) -> Result<()> {
+/// and sources: a built-in one, or the component file the recipe check read (`checked`,
+/// by stage).
+fn add_operators(
+    recipe: &Recipe,
+    mut checked: BTreeMap<String, ComponentFile>,
+    base: &Path,
+    files: &mut Gen0,
+) -> Result<()> {
     let mut manifest = Map::new();
     let mut scripts = BTreeMap::new();
     for (stage, binding) in &recipe.operators {
         if parse_stage(stage).is_none() {
             continue;
         }
-        let op = operator_bytes(stage, &binding.operator, base)?;
+        let op = operator_bytes(stage, &binding.operator, &mut checked)?;
         let rel = layout::component_path(stage);
         let mut entry = json!({
             "file": rel,
@@ -649,20 +660,23 @@ pub struct OperatorFile {
     pub blob_id: Option<Oid>,
 }
 
-/// The component a binding names: a file (relative to `base`) or a built-in one.
-pub fn operator_bytes(stage: &str, name: &str, base: &Path) -> Result<OperatorFile> {
+/// The component a binding names: a file the recipe check read (taken from `checked`),
+/// or a built-in one.
+pub fn operator_bytes(
+    stage: &str,
+    name: &str,
+    checked: &mut BTreeMap<String, ComponentFile>,
+) -> Result<OperatorFile> {
     if name.ends_with(".wasm") || name.contains('/') {
-        let path = resolve(base, name);
-        let bytes = std::fs::read(&path).map_err(|e| {
+        let file = checked.remove(stage).ok_or_else(|| {
             err(format!(
-                "cannot read component {} (operators.{stage}): {e}",
-                path.display()
+                "component {name} (operators.{stage}) was not read by the recipe check"
             ))
         })?;
         return Ok(OperatorFile {
-            sha256: evolve_archive::sha256_hex(&bytes),
-            bytes,
-            source: format!("file:{}", path.display()),
+            sha256: evolve_archive::canonical::hex(&file.sha256),
+            bytes: file.bytes,
+            source: format!("file:{}", file.path.display()),
             blob_id: None,
         });
     }
