@@ -4,13 +4,15 @@
 //! them as a working copy only to snapshot it back costs a file creation per file, and
 //! libgit2 can write a pack only through its pack builder, which always runs a delta
 //! search and deflates at zlib's default level: over the megabyte of operator
-//! components that is most of an init. Here the blobs and trees are hashed by libgit2
-//! (so ids are exactly what git computes, collision detection included), unless the
-//! caller already knows a blob's id (an embedded component's, from build time), and
-//! written as one version-2 pack whose zlib streams are stored, not compressed, with
-//! its version-2 index: the file formats every git reads. Stored streams make the pack
-//! about as large as its contents (a `git gc` recompresses it); deflating that
-//! megabyte at zlib's fastest level (about 10 ms here) would cost more than the whole write.
+//! components that is most of an init. Here the blobs, the trees and the commit are
+//! hashed by libgit2 (so ids are exactly what git computes, collision detection
+//! included), unless the caller already knows a blob's id (an embedded component's,
+//! from build time), all before anything is written, so a caller knows every id
+//! first. They are then written as one version-2 pack whose zlib streams are stored,
+//! not compressed, with its version-2 index: the file formats every git reads. Stored
+//! streams make the pack about as large as its contents (a `git gc` recompresses it);
+//! deflating that megabyte at zlib's fastest level (about 10 ms here) would cost more
+//! than the whole write.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
