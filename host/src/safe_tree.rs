@@ -362,7 +362,7 @@ fn walk_dir(
             },
             Some(ft) if ft.is_dir() => EntryKind::Dir,
             Some(ft) if ft.is_symlink() => symlink_kind(dir, &name, &path)?,
-            Some(ft) if !ft.is_file() && is_known(ft) => EntryKind::Special,
+            Some(ft) if is_special(ft) => EntryKind::Special,
             _ => lstat_kind(dir, &name, &path)?,
         };
         let is_dir = kind == EntryKind::Dir;
@@ -384,17 +384,11 @@ fn walk_dir(
     Ok(())
 }
 
-/// Whether a listed type is a real answer (a file system may list every entry as
-/// unknown, which only a stat resolves).
-fn is_known(ft: cap_std::fs::FileType) -> bool {
+/// Whether a listed type is a FIFO, socket or device. (A file system may also list an
+/// entry's type as unknown, which only a stat resolves.)
+fn is_special(ft: cap_std::fs::FileType) -> bool {
     use cap_std::fs::FileTypeExt;
-    ft.is_file()
-        || ft.is_dir()
-        || ft.is_symlink()
-        || ft.is_fifo()
-        || ft.is_socket()
-        || ft.is_block_device()
-        || ft.is_char_device()
+    ft.is_fifo() || ft.is_socket() || ft.is_block_device() || ft.is_char_device()
 }
 
 fn symlink_kind(dir: &Dir, name: &str, path: &str) -> Result<EntryKind, TreeError> {
