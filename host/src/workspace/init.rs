@@ -660,19 +660,15 @@ pub struct OperatorFile {
     pub blob_id: Option<Oid>,
 }
 
-/// The component a binding names: a file the recipe check read (taken from `checked`),
-/// or a built-in one.
+/// The component a binding names: the file the recipe check read for this stage (it
+/// reads one exactly when the binding names a path; taken from `checked`), else a
+/// built-in one.
 pub fn operator_bytes(
     stage: &str,
     name: &str,
     checked: &mut BTreeMap<String, ComponentFile>,
 ) -> Result<OperatorFile> {
-    if name.ends_with(".wasm") || name.contains('/') {
-        let file = checked.remove(stage).ok_or_else(|| {
-            err(format!(
-                "component {name} (operators.{stage}) was not read by the recipe check"
-            ))
-        })?;
+    if let Some(file) = checked.remove(stage) {
         return Ok(OperatorFile {
             sha256: evolve_archive::canonical::hex(&file.sha256),
             bytes: file.bytes,
