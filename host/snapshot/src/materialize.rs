@@ -56,6 +56,8 @@ pub struct Reconciled {
     pub written: u64,
     /// Names removed (a removed directory counts once).
     pub removed: u64,
+    /// Directories listed: those whose names the records could not vouch for.
+    pub listed: u64,
 }
 
 /// Turn the existing directory `dest` into exactly `tree`, as `materialize`
@@ -280,8 +282,12 @@ impl<'r> Writer<'r> {
         if !recording || stored.is_empty() {
             return Ok(None);
         }
-        let body = tree::serialize(&mut stored);
-        let id = git2::Oid::hash_object(ObjectType::Tree, &body).map_err(git("hashing a tree"))?;
+        let id = if tree::are_entries_of(&stored, tree) {
+            tree.id()
+        } else {
+            let body = tree::serialize(&mut stored);
+            git2::Oid::hash_object(ObjectType::Tree, &body).map_err(git("hashing a tree"))?
+        };
         // The directory's own lstat, now that every name in it is written.
         let st = fstat(dfd).ok();
         if let Some(r) = self.recorder.borrow_mut().as_mut() {
@@ -305,18 +311,27 @@ impl<'r> Writer<'r> {
         let err = |ctx: &'static str| move |e: rustix::io::Errno| self.io(rel, ctx, e);
         // Git holds no directory modes; materialize writes 0755.
         let st = fstat(dfd).map_err(err("inspecting"))?;
-        if st.st_mode & 0o7777 != 0o755 {
-            fchmod(dfd, Mode::from_raw_mode(0o755)).map_err(err("setting the mode of"))?;
-        }
-        for name in list(dfd).map_err(err("listing"))? {
-            let wanted = safe_name(&name).is_some() && tree.get_name_bytes(&name).is_some();
-            if !wanted {
+        let old = self.old.and_then(|w| w.dir(rel));
+        let wanted = |name: &[u8]| safe_name(name).is_some() && tree.get_name_bytes(name).is_some();
+        // A directory whose own lstat is as recorded still holds exactly the
+        // recorded names (see `DirRecord::stat`), so it needs no listing: it
+        // holds a name the tree does not want only when fewer of the tree's
+        // names turn out present than were recorded (checked after the loop).
+        let known = old.filter(|r| r.stat == Some(StatKey::of(&st)));
+        if known.is_none() {
+            self.count(|d| d.listed += 1);
+            let mut names = list(dfd).map_err(err("listing"))?;
+            names.retain(|n| !wanted(n));
+            for name in names {
                 self.remove(dfd, &name, rel, depth)?;
             }
         }
+        if st.st_mode & 0o7777 != 0o755 {
+            fchmod(dfd, Mode::from_raw_mode(0o755)).map_err(err("setting the mode of"))?;
+        }
         let recording = self.recorder.borrow().is_some();
-        let old = self.old.and_then(|w| w.dir(rel));
         let mut stored = Vec::new();
+        let mut present = 0;
         for e in tree.iter() {
             let name = checked_name(&e, rel)?;
             let path = join(rel, name);
@@ -326,6 +341,7 @@ impl<'r> Writer<'r> {
                 Err(e) => return Err(self.io(&path, "inspecting", e)),
             };
             if let Some(st) = st {
+                present += 1;
                 let is_dir = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
                 if is_dir && e.filemode() == MODE_TREE {
                     let sub = open_dir(dfd, name).map_err(|e| self.io(&path, "opening", e))?;
@@ -342,6 +358,19 @@ impl<'r> Writer<'r> {
             }
             self.count(|d| d.written += 1);
             stored.extend(self.write_entry(&e, name, dfd, rel, depth)?);
+        }
+        if let Some(r) = known
+            && present < r.slots.len()
+        {
+            let unwanted: Vec<&[u8]> = r
+                .slots
+                .keys()
+                .map(|n| &n[..])
+                .filter(|n| !wanted(n))
+                .collect();
+            for name in unwanted {
+                self.remove(dfd, name, rel, depth)?;
+            }
         }
         self.dir_written(tree, dfd, rel, recording, stored)
     }

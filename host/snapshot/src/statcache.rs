@@ -181,11 +181,14 @@ impl Recorder {
             return;
         }
         self.records += 1;
-        self.dirs
-            .entry(rel_dir.to_string())
-            .or_default()
-            .slots
-            .insert(name.into(), slot);
+        // Looked up by `&str` first: a directory's name is copied once, not
+        // once per entry.
+        if !self.dirs.contains_key(rel_dir) {
+            self.dirs.insert(rel_dir.to_string(), DirRecord::default());
+        }
+        if let Some(d) = self.dirs.get_mut(rel_dir) {
+            d.slots.insert(name.into(), slot);
+        }
     }
 
     /// A file or symlink written at `rel_dir/name` with blob `id`; `st` is

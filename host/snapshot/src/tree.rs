@@ -44,6 +44,20 @@ fn git_order(a: &Entry, b: &Entry) -> Ordering {
         .cmp(b.name.iter().chain(slash(b)))
 }
 
+/// Whether `entries` are exactly `tree`'s, in strict git order: then they
+/// serialize to `tree` itself and its id needs no hashing. (Order is checked
+/// too: a tree object written out of order would hash differently.)
+pub(crate) fn are_entries_of(entries: &[Entry], tree: &Tree<'_>) -> bool {
+    entries.len() == tree.len()
+        && entries
+            .iter()
+            .zip(tree.iter())
+            .all(|(a, e)| a.mode == e.filemode() && a.id == e.id() && a.name == e.name_bytes())
+        && entries
+            .windows(2)
+            .all(|w| git_order(&w[0], &w[1]) == Ordering::Less)
+}
+
 /// The canonical tree object body for `entries` (sorted in place).
 pub(crate) fn serialize(entries: &mut [Entry]) -> Vec<u8> {
     entries.sort_by(git_order);

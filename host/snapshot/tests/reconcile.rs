@@ -136,6 +136,23 @@ fn an_untouched_directory_keeps_every_file_and_switches_commits_cheaply() {
     if records_kept(&f.ws) {
         assert_eq!(kept, files, "every regular file is reused");
     }
+    // Only the root is listed (the fence touched it after its record was
+    // taken); every other directory's names are vouched for by its record.
+    let dir = f.ws.join("runs/unlisted");
+    f.store.materialize(f.c0, &dir).unwrap();
+    let done = f.store.reconcile(f.c0, &dir).unwrap();
+    if records_kept(&f.ws) {
+        assert_eq!(done.listed, 1, "{done:?}");
+    }
+    // A name planted in a directory changes its lstat: that one is listed
+    // and the name removed (the other removal is the symlink, always
+    // rewritten).
+    write(&dir, "target/d2/s2/planted.txt", "planted\n");
+    let done = f.store.reconcile(f.c0, &dir).unwrap();
+    assert_eq!(listing(&dir), expected(&f, f.c0));
+    if records_kept(&f.ws) {
+        assert_eq!((done.listed, done.removed), (2, 2), "{done:?}");
+    }
     // To the child: only what differs is written.
     let dir = f.ws.join("runs/switch");
     f.store.materialize(f.c0, &dir).unwrap();
