@@ -905,6 +905,12 @@ fn writer_state_matches_a_refold_after_open_and_appends() {
                 .cloned()
                 .collect();
             assert_eq!(w.events_of_type(ty), of_type, "{ty}");
+            // Lines from seq `from` on are those numbered past it (lines count from 1).
+            for from in [1, events.len() as u64 / 2, events.len() as u64, u64::MAX] {
+                let later: Vec<LoggedEvent> =
+                    of_type.iter().filter(|e| e.line > from).cloned().collect();
+                assert_eq!(w.events_of_type_from(ty, from), later, "{ty} from {from}");
+            }
         }
     };
     let mut w = Archive::open(&ap, EXP, key()).unwrap_or_else(|e| panic!("{e}"));
@@ -922,6 +928,10 @@ fn writer_state_matches_a_refold_after_open_and_appends() {
     let early_gates = w.events_of_type("gate");
     let early_selects = w.events_of_type("select");
     assert_eq!(early_selects.len(), 1);
+    // From a seq on, before the events are built: the select is the last line.
+    let last = w.next_seq() - 1;
+    assert_eq!(w.events_of_type_from("select", last), early_selects);
+    assert!(w.events_of_type_from("select", last + 1).is_empty());
     assert_eq!(early_gates, w.events_of_type("gate"));
     check(&w);
     assert_eq!(early, w.rows());

@@ -653,9 +653,17 @@ impl Archive {
     /// events the fold does not cover (e.g. a lifecycle's own `select` or `playbook` events)
     /// without building every event.
     pub fn events_of_type(&self, event_type: &str) -> Vec<LoggedEvent> {
+        self.events_of_type_from(event_type, 0)
+    }
+
+    /// [`Archive::events_of_type`] over the lines from seq `from` on: what a reader that
+    /// has taken the first `from` lines (see [`Archive::next_seq`]) has not seen yet.
+    pub fn events_of_type_from(&self, event_type: &str, from: u64) -> Vec<LoggedEvent> {
+        let skip = usize::try_from(from).unwrap_or(usize::MAX);
         if let Some(events) = self.events.get() {
             return events
                 .iter()
+                .skip(skip)
                 .filter(|e| e.event.event_type == event_type)
                 .cloned()
                 .collect();
@@ -663,6 +671,7 @@ impl Archive {
         self.lines
             .iter()
             .enumerate()
+            .skip(skip)
             .filter(|(_, rec)| rec.event_type == event_type)
             .map(|(i, rec)| LoggedEvent {
                 line: i as u64 + 1,

@@ -147,52 +147,79 @@ pub fn state_of(ws: &Workspace, archive: &Archive) -> State {
 /// Compute the state of `archive`; `tag_lookup(genid)` is the commit `gen/<genid>` names.
 /// Uses the writer's incrementally folded rows and reads only the few non-row events.
 pub fn state_from(archive: &Archive, tag_lookup: &dyn Fn(&str) -> Option<String>) -> State {
+    let mut notes = Notes::default();
+    notes.read(archive);
+    state_with(archive, &notes, tag_lookup)
+}
+
+/// The state of `archive` with its non-row events already read into `notes`. Eligibility
+/// is recomputed every time: it checks every row's tag, and a moved tag must count at once.
+fn state_with(
+    archive: &Archive,
+    notes: &Notes,
+    tag_lookup: &dyn Fn(&str) -> Option<String>,
+) -> State {
     let rows = archive.rows();
     let identity = archive.fixed_identity();
     let eligibility = eligibility(&rows, identity.as_ref(), tag_lookup);
     let champion = champion(&rows, &eligibility);
-    let mut selections = std::collections::BTreeMap::new();
-    for e in archive
-        .events_of_type("select")
-        .iter()
-        .filter(|e| e.certified)
-    {
-        let generation = e.event.body.get("generation").and_then(Value::as_u64);
-        let parents: Vec<String> = e
-            .event
-            .body
-            .get("parents")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|p| p.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
-        if let (Some(g), false) = (generation, parents.is_empty()) {
-            selections.insert(g, parents);
-        }
-    }
-    let playbook = archive
-        .events_of_type("playbook")
-        .iter()
-        .filter(|e| e.certified)
-        .flat_map(|e| {
-            e.event
-                .body
-                .get("ops")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default()
-        })
-        .collect();
     State {
         spent: archive.total_cost_usd(),
         rows,
         eligibility,
         champion,
-        selections,
-        playbook,
+        selections: notes.selections.clone(),
+        playbook: notes.playbook.clone(),
+    }
+}
+
+/// What the driver reads from the events the fold does not cover (archived select
+/// decisions and the playbook), read as lines arrive: each `state()` reads only the lines
+/// appended since the last, not the whole archive again.
+#[derive(Debug, Default)]
+struct Notes {
+    /// Lines read so far (the archive's `next_seq` when last read).
+    read_to: u64,
+    selections: std::collections::BTreeMap<u64, Vec<String>>,
+    playbook: Vec<Value>,
+}
+
+impl Notes {
+    /// Take in the lines of `archive` not read yet. An archive's lines are only ever
+    /// appended (never rewritten while it is open), so what was read stays true.
+    fn read(&mut self, archive: &Archive) {
+        let from = self.read_to;
+        for e in archive
+            .events_of_type_from("select", from)
+            .iter()
+            .filter(|e| e.certified)
+        {
+            let generation = e.event.body.get("generation").and_then(Value::as_u64);
+            let parents: Vec<String> = e
+                .event
+                .body
+                .get("parents")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|p| p.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            if let (Some(g), false) = (generation, parents.is_empty()) {
+                self.selections.insert(g, parents);
+            }
+        }
+        let ops = archive
+            .events_of_type_from("playbook", from)
+            .into_iter()
+            .filter(|e| e.certified)
+            .flat_map(|e| match e.event.body.get("ops") {
+                Some(Value::Array(ops)) => ops.clone(),
+                _ => Vec::new(),
+            });
+        self.playbook.extend(ops);
+        self.read_to = archive.next_seq();
     }
 }
 
@@ -239,6 +266,8 @@ pub struct Driver {
     agent: Option<agent_driver::AgentDriver>,
     /// Directories this run wrote, kept for reuse (`checkouts.rs`).
     recycling: checkouts::Recycling,
+    /// The archive's non-row events read so far (see [`Notes`]).
+    notes: Mutex<Notes>,
     /// Wall time spent in evaluations so far (checkout, engine, summary), for
     /// `evolve bench` to tell the framework's own time from the evaluator's.
     evaluation_time: Mutex<std::time::Duration>,
@@ -302,6 +331,7 @@ impl Driver {
             recipe,
             agent: None,
             recycling: checkouts::Recycling::default(),
+            notes: Mutex::default(),
             evaluation_time: Mutex::default(),
             _lock: lock,
         })
@@ -332,7 +362,9 @@ impl Driver {
     /// The current folded state.
     pub fn state(&self) -> State {
         let a = self.archive.lock().unwrap_or_else(|p| p.into_inner());
-        state_of(&self.ws, &a)
+        let mut notes = self.notes.lock().unwrap_or_else(|p| p.into_inner());
+        notes.read(&a);
+        state_with(&a, &notes, &|g: &str| self.ws.tag_commit(g))
     }
 
     /// What the experiment has spent so far (the archive's ledger).
@@ -380,12 +412,15 @@ impl Driver {
         self.report_state(&self.state());
         self.ensure_genesis().await?;
         let mut status = "complete".to_string();
+        // The state while nothing changes it: a resumed run passes its finished
+        // generations without recomputing it for each.
+        let mut unchanged: Option<State> = None;
         'generations: for generation in 1..=max_gen {
             self.check_cancelled(&format!("generation {generation}"))?;
             let genids: Vec<String> = (0..children)
                 .map(|i| genid(generation, i, children))
                 .collect();
-            let state = self.state();
+            let state = unchanged.take().unwrap_or_else(|| self.state());
             let mut fresh = Vec::new();
             let mut resumes = Vec::new();
             for g in &genids {
@@ -396,6 +431,7 @@ impl Driver {
                 }
             }
             if fresh.is_empty() && resumes.is_empty() {
+                unchanged = Some(state);
                 continue; // finished by an earlier run: nothing to show or do
             }
             self.progress.emit(progress::Event::GenerationStarted {
