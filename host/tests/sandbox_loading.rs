@@ -301,6 +301,51 @@ fn a_component_inside_the_checkout_loads() {
     );
 }
 
+/// Past the racy window: a file written before now is settled, so its digest is
+/// remembered on the next load.
+fn settle() {
+    std::thread::sleep(std::time::Duration::from_millis(150));
+}
+
+#[test]
+fn a_component_changed_in_its_checkout_is_read_again() {
+    let fx = Fixture::new();
+    let path = fx.checkout.join("op.wasm");
+    std::fs::write(&path, component("hostile_select")).unwrap();
+    settle();
+    let sb = sandbox();
+    let load = || sb.load_from_checkout(Stage::Select, &fx.checkout, "op.wasm");
+    let first = load().unwrap();
+    let again = load().unwrap();
+    assert_eq!(again.cache, CacheSource::Memory);
+    assert_eq!(again.digest, first.digest);
+    // Rewritten in place at once: the file is read again (and refused for the wrong world).
+    std::fs::write(&path, component("hostile_mutate")).unwrap();
+    assert!(matches!(
+        contract_error(load()),
+        ContractError::WrongWorld { .. }
+    ));
+    // Settled, then replaced by a rename: a new inode, read again.
+    settle();
+    assert!(matches!(
+        contract_error(load()),
+        ContractError::WrongWorld { .. }
+    ));
+    let other = fx.checkout.join("other.wasm");
+    std::fs::write(
+        &other,
+        with_custom_section(&component("hostile_select"), "v2", b"2"),
+    )
+    .unwrap();
+    std::fs::rename(&other, &path).unwrap();
+    let replaced = load().unwrap();
+    assert_ne!(replaced.digest, first.digest);
+    assert_eq!(
+        replaced.digest,
+        <[u8; 32]>::from(sha2::Sha256::digest(std::fs::read(&path).unwrap()))
+    );
+}
+
 #[test]
 fn paths_leaving_the_checkout_are_unreadable() {
     let fx = Fixture::new();

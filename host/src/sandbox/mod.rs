@@ -17,6 +17,7 @@ mod cancel;
 mod capabilities;
 mod contract;
 mod failure;
+mod file_digests;
 mod io;
 mod output;
 mod policy;
@@ -93,7 +94,17 @@ pub struct Sandbox {
     /// Set when the user stops the run: every call in flight ends as cancelled.
     cancel: Cancel,
     tally: CallTally,
+    /// Component files already hashed (see `file_digests.rs`).
+    file_digests: file_digests::FileDigests,
+    /// Components already checked against a stage's world and linked, by digest and
+    /// stage: loading one again costs a lookup.
+    linked: std::sync::Mutex<
+        std::collections::HashMap<(ComponentDigest, usize), InstancePre<CallState>>,
+    >,
 }
+
+/// Linked components kept at most (a bound, not a working-set guess).
+const MAX_LINKED: usize = 256;
 
 /// A component checked against a stage's world and ready to instantiate.
 pub struct LoadedOperator {
@@ -137,6 +148,8 @@ impl Sandbox {
             linkers: Default::default(),
             cancel: Cancel::default(),
             tally: CallTally::default(),
+            file_digests: Default::default(),
+            linked: Default::default(),
         }))
     }
 
@@ -152,6 +165,7 @@ impl Sandbox {
     /// Forget compiled components held in memory (the disk cache stays).
     pub fn clear_memory_cache(&self) {
         self.cache.clear_memory();
+        self.linked_map().clear();
     }
 
     /// Load the operator at `relative` inside `checkout` for `stage`. The path must stay
@@ -185,8 +199,47 @@ impl Sandbox {
                 MAX_COMPONENT_BYTES >> 20
             )));
         }
+        // A file read before and unchanged since needs neither reading nor hashing when
+        // its component is already linked for this stage.
+        let stamp = file_digests::FileStamp::of(&meta);
+        if let Some(digest) = self.file_digests.get(&stamp)
+            && let Some(op) = self.linked_operator(stage, digest, &origin)
+        {
+            return Ok(op);
+        }
         let bytes = dir.read(relative).map_err(|e| unreadable(e.to_string()))?;
-        self.load_bytes(stage, &bytes, origin)
+        let digest = cache::digest(&bytes);
+        if let Ok(after) = dir.symlink_metadata(relative) {
+            self.file_digests
+                .insert(&stamp, &file_digests::FileStamp::of(&after), digest);
+        }
+        self.load_digested(stage, &bytes, digest, origin)
+    }
+
+    /// The operator `digest` already checked and linked for `stage`, if it was.
+    fn linked_operator(
+        &self,
+        stage: Stage,
+        digest: ComponentDigest,
+        origin: &str,
+    ) -> Option<LoadedOperator> {
+        let pre = self.linked_map().get(&(digest, stage as usize))?.clone();
+        Some(LoadedOperator {
+            stage,
+            origin: origin.to_string(),
+            digest,
+            cache: CacheSource::Memory,
+            pre,
+        })
+    }
+
+    fn linked_map(
+        &self,
+    ) -> std::sync::MutexGuard<
+        '_,
+        std::collections::HashMap<(ComponentDigest, usize), InstancePre<CallState>>,
+    > {
+        self.linked.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Load a component from bytes (e.g. a file's).
@@ -217,6 +270,9 @@ impl Sandbox {
         digest: ComponentDigest,
         origin: String,
     ) -> Result<LoadedOperator, LoadError> {
+        if let Some(op) = self.linked_operator(stage, digest, &origin) {
+            return Ok(op);
+        }
         let fail = |kind| LoadError {
             origin: origin.clone(),
             kind,
@@ -240,6 +296,12 @@ impl Sandbox {
                 "{e:#}"
             ))))
         })?;
+        let mut linked = self.linked_map();
+        if linked.len() >= MAX_LINKED {
+            linked.clear();
+        }
+        linked.insert((digest, stage as usize), pre.clone());
+        drop(linked);
         Ok(LoadedOperator {
             stage,
             origin,
