@@ -38,6 +38,7 @@ pub use firstpack::{FirstCommit, NewFile};
 pub use git2::Oid;
 pub use materialize::Reconciled;
 pub use surface::{Surface, Violation};
+pub use tagcache::ctime_settled;
 
 /// How deep directories may nest (in snapshots, materialized trees and diffs).
 /// The walkers recurse, so this bounds stack use on hostile trees.

@@ -57,14 +57,21 @@ impl TagStat {
 
     /// Whether the ctime lies at least [`SETTLED`] before now.
     fn settled(&self) -> bool {
-        let Ok(now) = SystemTime::now().duration_since(UNIX_EPOCH) else {
-            return false;
-        };
-        let (Ok(s), Ok(ns)) = (u64::try_from(self.ctime.0), u32::try_from(self.ctime.1)) else {
-            return false;
-        };
-        Duration::new(s, ns) + SETTLED < now
+        ctime_settled(self.ctime, SETTLED)
     }
+}
+
+/// Whether a ctime of `(seconds, nanoseconds)` lies at least `window` before now: a
+/// file changed after it was read will show another ctime (the racy-entry rule of git's
+/// index, which every cache keyed by `lstat` here follows).
+pub fn ctime_settled(ctime: (i64, i64), window: Duration) -> bool {
+    let Ok(now) = SystemTime::now().duration_since(UNIX_EPOCH) else {
+        return false;
+    };
+    let (Ok(s), Ok(ns)) = (u64::try_from(ctime.0), u32::try_from(ctime.1)) else {
+        return false;
+    };
+    Duration::new(s, ns) + window < now
 }
 
 #[derive(Debug, Default)]
