@@ -98,10 +98,11 @@ pub struct Sandbox {
     file_digests: file_digests::FileDigests,
     /// Components already checked against a stage's world and linked, by digest and
     /// stage: loading one again costs a lookup.
-    linked: std::sync::Mutex<
-        std::collections::HashMap<(ComponentDigest, usize), InstancePre<CallState>>,
-    >,
+    linked: std::sync::Mutex<Linked>,
 }
+
+/// Linked components by digest and stage (the stage's index among the worlds).
+type Linked = std::collections::HashMap<(ComponentDigest, usize), InstancePre<CallState>>;
 
 /// Linked components kept at most (a bound, not a working-set guess).
 const MAX_LINKED: usize = 256;
@@ -233,12 +234,7 @@ impl Sandbox {
         })
     }
 
-    fn linked_map(
-        &self,
-    ) -> std::sync::MutexGuard<
-        '_,
-        std::collections::HashMap<(ComponentDigest, usize), InstancePre<CallState>>,
-    > {
+    fn linked_map(&self) -> std::sync::MutexGuard<'_, Linked> {
         self.linked.lock().unwrap_or_else(|e| e.into_inner())
     }
 
