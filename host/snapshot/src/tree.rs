@@ -4,6 +4,7 @@
 //! both report identical change lists), and the unified diff text.
 
 use std::cmp::Ordering;
+use std::io::Write as _;
 
 use git2::{DiffOptions, Oid, Repository, Tree, TreeEntry};
 
@@ -64,7 +65,8 @@ pub(crate) fn serialize(entries: &mut [Entry]) -> Vec<u8> {
     let mut out = Vec::with_capacity(entries.len() * 48);
     for e in entries.iter() {
         // Git writes modes in octal without leading zeros ("40000" for trees).
-        out.extend_from_slice(format!("{:o} ", e.mode).as_bytes());
+        // (`write!` into the buffer: no string allocated per entry.)
+        let _ = write!(out, "{:o} ", e.mode);
         out.extend_from_slice(&e.name);
         out.push(0);
         out.extend_from_slice(e.id.as_bytes());
@@ -184,8 +186,10 @@ fn emit(
 }
 
 pub(crate) fn find_tree<'r>(repo: &'r Repository, id: Oid, path: &str) -> Result<Tree<'r>, Error> {
+    // The context is formatted only on failure: this runs once per directory
+    // of every walk.
     repo.find_tree(id)
-        .map_err(git(format!("reading tree {id} at {path:?}")))
+        .map_err(|e| git(format!("reading tree {id} at {path:?}"))(e))
 }
 
 /// Sort by path; at one path a deletion comes before an addition.
