@@ -20,6 +20,7 @@ mod error;
 mod firstpack;
 mod materialize;
 mod pack;
+mod prestat;
 mod snapshot;
 mod statcache;
 mod surface;
@@ -667,6 +668,13 @@ pub(crate) fn is_clean_path(path: &str) -> bool {
         && path
             .split('/')
             .all(|c| !c.is_empty() && c != "." && c != "..")
+}
+
+/// How every walk opens a directory: never through a symlink (`ELOOP`), and
+/// only a directory (`ENOTDIR`).
+pub(crate) fn dir_flags() -> rustix::fs::OFlags {
+    use rustix::fs::OFlags;
+    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
 }
 
 /// `prefix/name`, or `name` at the root.

@@ -15,11 +15,12 @@ use rustix::fs::{
 
 use crate::cache::BlobCache;
 use crate::error::{Error, git, io};
-use crate::statcache::{self, Recorder, StatKey, Worktree};
+use crate::prestat::Prestat;
+use crate::statcache::{self, Lstat, Recorder, StatKey, Worktree};
 use crate::tree::{
     self, Entry, MODE_EXEC, MODE_FILE, MODE_GITLINK, MODE_LINK, MODE_TREE, is_regular,
 };
-use crate::{MAX_DEPTH, join};
+use crate::{MAX_DEPTH, dir_flags, join};
 
 pub(crate) fn materialize(
     repo: &Repository,
@@ -58,6 +59,9 @@ pub struct Reconciled {
     pub removed: u64,
     /// Directories listed: those whose names the records could not vouch for.
     pub listed: u64,
+    /// Names whose `lstat` was taken ahead of the walk, on every core (none
+    /// for a small tree or a single core).
+    pub prefetched: u64,
 }
 
 /// Turn the existing directory `dest` into exactly `tree`, as `materialize`
@@ -76,7 +80,10 @@ pub(crate) fn reconcile(
     // directory is at that path now.
     let old = old.filter(|w| fstat(&root).is_ok_and(|st| w.same_root(&st)));
     let w = Writer::new(repo, cache, dest, root.as_fd(), old.as_ref())?;
-    w.sync(tree, root.as_fd(), "", 0)?;
+    // The stats the walk will ask for, taken on every core first.
+    let pre = old.as_ref().and_then(|o| Prestat::take(root.as_fd(), o));
+    w.count(|d| d.prefetched = pre.as_ref().map_or(0, |p| p.taken() as u64));
+    w.sync(tree, root.as_fd(), "", 0, pre)?;
     let done = w.done.get();
     Ok((w.finish(root.as_fd()), done))
 }
@@ -299,13 +306,15 @@ impl<'r> Writer<'r> {
     /// Turn the existing directory `dfd` into `tree`: remove every name the
     /// tree does not hold, keep the files the old records prove right,
     /// descend into directories that stay directories, and write the rest as
-    /// [`Writer::tree`] would. Returns what `tree` returns.
+    /// [`Writer::tree`] would. Returns what `tree` returns. `pre` holds the
+    /// stats prefetched in `dfd`.
     fn sync(
         &self,
         tree: &Tree<'_>,
         dfd: BorrowedFd<'_>,
         rel: &str,
         depth: usize,
+        mut pre: Option<Prestat<'r>>,
     ) -> Result<Option<git2::Oid>, Error> {
         check_depth(depth, rel)?;
         let err = |ctx: &'static str| move |e: rustix::io::Errno| self.io(rel, ctx, e);
@@ -335,19 +344,31 @@ impl<'r> Writer<'r> {
         for e in tree.iter() {
             let name = checked_name(&e, rel)?;
             let path = join(rel, name);
-            let st = match statat(dfd, name, AtFlags::SYMLINK_NOFOLLOW) {
+            // A directory that stays one, already opened by the prefetch.
+            if e.filemode() == MODE_TREE
+                && let Some((sub, sub_pre)) = pre.as_mut().and_then(|p| p.take_dir(name.as_bytes()))
+            {
+                present += 1;
+                stored.extend(self.sync_subdir(&e, name, rel, &sub, depth, Some(sub_pre))?);
+                continue;
+            }
+            let st = pre
+                .as_ref()
+                .and_then(|p| p.lstat(name.as_bytes()))
+                .unwrap_or_else(|| {
+                    statat(dfd, name, AtFlags::SYMLINK_NOFOLLOW).map(|s| Lstat::of(&s))
+                });
+            let st = match st {
                 Ok(st) => Some(st),
                 Err(rustix::io::Errno::NOENT) => None,
                 Err(e) => return Err(self.io(&path, "inspecting", e)),
             };
             if let Some(st) = st {
                 present += 1;
-                let is_dir = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
+                let is_dir = FileType::from_raw_mode(st.key.mode()) == FileType::Directory;
                 if is_dir && e.filemode() == MODE_TREE {
                     let sub = open_dir(dfd, name).map_err(|e| self.io(&path, "opening", e))?;
-                    let t = tree::find_tree(self.repo, e.id(), &path)?;
-                    let sub_id = self.sync(&t, sub.as_fd(), &path, depth + 1)?;
-                    stored.extend(self.subdir_written(&e, name, rel, sub_id));
+                    stored.extend(self.sync_subdir(&e, name, rel, &sub, depth, None)?);
                     continue;
                 }
                 if let Some(entry) = self.keep(old, &e, name, rel, &st) {
@@ -375,6 +396,23 @@ impl<'r> Writer<'r> {
         self.dir_written(tree, dfd, rel, recording, stored)
     }
 
+    /// Sync the existing subdirectory `e` (named `name`, opened as `sub`) of
+    /// `rel`; returns its stored entry, as [`Writer::subdir_written`].
+    fn sync_subdir(
+        &self,
+        e: &git2::TreeEntry<'_>,
+        name: &str,
+        rel: &str,
+        sub: &rustix::fd::OwnedFd,
+        depth: usize,
+        pre: Option<Prestat<'r>>,
+    ) -> Result<Option<Entry>, Error> {
+        let path = join(rel, name);
+        let t = tree::find_tree(self.repo, e.id(), &path)?;
+        let sub_id = self.sync(&t, sub.as_fd(), &path, depth + 1, pre)?;
+        Ok(self.subdir_written(e, name, rel, sub_id))
+    }
+
     /// Whether the file `name` (with `lstat` `st`) can stay as the tree
     /// entry `e`: a regular file, not hard-linked elsewhere, whose `lstat` is
     /// exactly what this store recorded when it wrote `e`'s blob, with `e`'s
@@ -386,21 +424,21 @@ impl<'r> Writer<'r> {
         e: &git2::TreeEntry<'_>,
         name: &str,
         rel: &str,
-        st: &rustix::fs::Stat,
+        st: &Lstat,
     ) -> Option<Entry> {
         let mode = e.filemode();
         let rec = old?.leaf(name.as_bytes())?;
         let same = is_regular(mode)
-            && FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
-            && st.st_nlink == 1
-            && st.st_mode & 0o7777 == file_perm(mode)
+            && FileType::from_raw_mode(st.key.mode()) == FileType::RegularFile
+            && st.nlink == 1
+            && st.key.mode() & 0o7777 == file_perm(mode)
             && rec.id == e.id()
-            && rec.stat == StatKey::of(st);
+            && rec.stat == st.key;
         if !same {
             return None;
         }
         if let Some(r) = self.recorder.borrow_mut().as_mut() {
-            r.leaf(rel, name.as_bytes(), false, Some(st), e.id());
+            r.leaf(rel, name.as_bytes(), false, Some(st.key), e.id());
         }
         self.count(|d| d.kept += 1);
         let mode = if file_perm(mode) == 0o755 {
@@ -483,7 +521,13 @@ impl<'r> Writer<'r> {
             Some(fd) => fstat(fd),
             None => statat(dfd, name, AtFlags::SYMLINK_NOFOLLOW),
         };
-        r.leaf(rel, name.as_bytes(), link, st.ok().as_ref(), id);
+        r.leaf(
+            rel,
+            name.as_bytes(),
+            link,
+            st.ok().map(|s| StatKey::of(&s)),
+            id,
+        );
     }
 
     /// Whether creating with `perm` loses bits to the umask, so the mode must
@@ -573,10 +617,6 @@ fn open_dir<P: rustix::path::Arg + Copy>(
         }
         r => r,
     }
-}
-
-fn dir_flags() -> OFlags {
-    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
 }
 
 /// The permissions a regular file of tree mode `mode` is written with.

@@ -14,9 +14,10 @@ use rustix::fs::{AtFlags, CWD, Dir, FileType, Mode, OFlags, openat, readlinkat, 
 
 use crate::cache::BlobCache;
 use crate::error::{Error, git, io};
-use crate::statcache::{DirRecord, Record, Slot, StatKey, Worktree};
+use crate::prestat::Prestat;
+use crate::statcache::{DirRecord, Lstat, Record, Slot, StatKey, Worktree};
 use crate::tree::{self, Entry, MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE};
-use crate::{Change, ChangeKind, EntryKind, Limits, MAX_DEPTH, Snapshot, join};
+use crate::{Change, ChangeKind, EntryKind, Limits, MAX_DEPTH, Snapshot, dir_flags, join};
 
 pub(crate) fn snapshot(
     repo: &Repository,
@@ -55,7 +56,9 @@ pub(crate) fn snapshot(
         buf: Vec::new(),
         extras: Vec::new(),
     };
-    let tree = match w.dir(root, "", parent, 0, Some(skip))? {
+    // The stats the walk will ask for, taken on every core first.
+    let pre = stats.and_then(|s| Prestat::take(root.as_fd(), s));
+    let tree = match w.dir(root, "", parent, 0, Some(skip), pre)? {
         Some(id) => id,
         // Everything was empty: the root is still a (empty) tree.
         None => w.write_tree(&mut [], None)?,
@@ -66,10 +69,6 @@ pub(crate) fn snapshot(
     tree::diff_trees(repo, parent, Some(&new_tree), "", 0, &mut changes)?;
     tree::sort_changes(&mut changes);
     Ok((Snapshot { tree, changes }, hits))
-}
-
-fn dir_flags() -> OFlags {
-    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
 }
 
 struct Walker<'r> {
@@ -94,7 +93,7 @@ struct Walker<'r> {
 
 impl<'r> Walker<'r> {
     /// Snapshot one directory; `None` when it ends up empty. `skip` is only
-    /// given at the root.
+    /// given at the root; `pre` holds the stats prefetched in `fd`.
     fn dir(
         &mut self,
         fd: OwnedFd,
@@ -102,6 +101,7 @@ impl<'r> Walker<'r> {
         parent: Option<&Tree<'_>>,
         depth: usize,
         skip: Option<&dyn Fn(&str) -> bool>,
+        mut pre: Option<Prestat<'r>>,
     ) -> Result<Option<Oid>, Error> {
         if depth > MAX_DEPTH {
             return Err(self.limit(rel.to_string(), "directory depth", MAX_DEPTH as u64));
@@ -116,7 +116,7 @@ impl<'r> Walker<'r> {
             && self.entries + r.slots.len() <= self.limits.max_entries
             && rustix::fs::fstat(&fd).is_ok_and(|st| StatKey::of(&st) == dir_stat)
         {
-            return self.recorded_dir(fd.as_fd(), rel, parent, depth, r);
+            return self.recorded_dir(fd.as_fd(), rel, parent, depth, r, pre);
         }
         // Read all names first; the directory stream owns `fd`, which stays
         // open as the base for the `openat`s below.
@@ -149,21 +149,21 @@ impl<'r> Walker<'r> {
             if skip.is_some_and(|s| s(name_str)) {
                 continue;
             }
-            let path = join(rel, name_str);
             // Any case of ".git": a nested repository (or a gitdir file) is how
             // a submodule gets in; report it, never store or enter it.
             if name_str.eq_ignore_ascii_case(".git") {
-                self.extra(path, EntryKind::Submodule);
+                self.extra(join(rel, name_str), EntryKind::Submodule);
                 continue;
             }
             if ftype != FileType::Directory
                 && let Some(rec) = recorded.and_then(|r| r.leaf(&name))
-                && let Some((mode, id)) = self.unchanged(dfd, &name, &path, rec)?
+                && let Some((mode, id)) = self.unchanged(dfd, &name, rel, rec, pre.as_ref())?
             {
                 entries.push(Entry { name, mode, id });
                 continue;
             }
-            if let Some(e) = self.entry(dfd, name, ftype, &path, parent, depth)? {
+            let path = join(rel, name_str);
+            if let Some(e) = self.entry(dfd, name, ftype, &path, parent, depth, pre.as_mut())? {
                 entries.push(e);
             }
         }
@@ -197,17 +197,17 @@ impl<'r> Walker<'r> {
         parent: Option<&Tree<'_>>,
         depth: usize,
         r: &DirRecord,
+        mut pre: Option<Prestat<'r>>,
     ) -> Result<Option<Oid>, Error> {
         self.entries += r.slots.len();
         let mut unchanged = r.tree.is_some();
         let mut entries = Vec::with_capacity(r.slots.len());
         for (name, slot) in &r.slots {
-            // Recorded names are UTF-8 (materialize writes no other).
-            let path = join(rel, &String::from_utf8_lossy(name));
             let (ftype, sub_tree) = match slot {
                 Slot::Leaf { rec, link } => {
                     if let Some(rec) = rec
-                        && let Some((mode, id)) = self.unchanged(dfd, name, &path, rec)?
+                        && let Some((mode, id)) =
+                            self.unchanged(dfd, name, rel, rec, pre.as_ref())?
                     {
                         entries.push(Entry {
                             name: name.to_vec(),
@@ -225,7 +225,17 @@ impl<'r> Walker<'r> {
                 }
                 Slot::Dir(tree) => (FileType::Directory, *tree),
             };
-            let e = self.entry(dfd, name.to_vec(), ftype, &path, parent, depth)?;
+            // Recorded names are UTF-8 (materialize writes no other).
+            let path = join(rel, &String::from_utf8_lossy(name));
+            let e = self.entry(
+                dfd,
+                name.to_vec(),
+                ftype,
+                &path,
+                parent,
+                depth,
+                pre.as_mut(),
+            )?;
             unchanged &= sub_tree.is_some() && e.as_ref().map(|e| e.id) == sub_tree;
             entries.extend(e);
         }
@@ -240,7 +250,9 @@ impl<'r> Walker<'r> {
     }
 
     /// Snapshot one directory entry (a name that is neither skipped nor a
-    /// `.git`, listed as `ftype`); `None` for what is not stored.
+    /// `.git`, listed as `ftype`); `None` for what is not stored. `pre`: the
+    /// stats prefetched in `dfd`.
+    #[allow(clippy::too_many_arguments)]
     fn entry(
         &mut self,
         dfd: BorrowedFd<'_>,
@@ -249,6 +261,7 @@ impl<'r> Walker<'r> {
         path: &str,
         parent: Option<&Tree<'_>>,
         depth: usize,
+        pre: Option<&mut Prestat<'r>>,
     ) -> Result<Option<Entry>, Error> {
         let prev = parent.and_then(|t| t.get_name_bytes(&name));
         let ftype = match ftype {
@@ -261,15 +274,21 @@ impl<'r> Walker<'r> {
         };
         let stored = match ftype {
             FileType::Directory => {
-                let sub = openat(dfd, name.as_slice(), dir_flags(), Mode::empty())
-                    .map_err(|e| self.io(path, "opening directory", e.into()))?;
+                let (sub, sub_pre) = match pre.and_then(|p| p.take_dir(&name)) {
+                    Some((fd, p)) => (fd, Some(p)),
+                    None => (
+                        openat(dfd, name.as_slice(), dir_flags(), Mode::empty())
+                            .map_err(|e| self.io(path, "opening directory", e.into()))?,
+                        None,
+                    ),
+                };
                 let prev_tree = match &prev {
                     Some(p) if p.filemode() == MODE_TREE => {
                         Some(tree::find_tree(self.repo, p.id(), path)?)
                     }
                     _ => None,
                 };
-                self.dir(sub, path, prev_tree.as_ref(), depth + 1, None)?
+                self.dir(sub, path, prev_tree.as_ref(), depth + 1, None, sub_pre)?
                     .map(|id| (MODE_TREE, id))
             }
             FileType::Symlink => self.symlink(dfd, &name, path, prev.map(|p| p.id()))?,
@@ -326,7 +345,7 @@ impl<'r> Walker<'r> {
             .map_err(|e| self.io(path, "reading symlink", e.into()))?;
         let target: &CStr = &target;
         let bytes = target.to_bytes();
-        self.account(path, bytes.len() as u64)?;
+        self.account(bytes.len() as u64, || path.to_string())?;
         if std::str::from_utf8(bytes).is_err() {
             // A target we cannot show or check lexically is not stored.
             self.extra(path.to_string(), EntryKind::Special);
@@ -356,7 +375,7 @@ impl<'r> Walker<'r> {
         }
         // Charge the size before reading: an over-limit file is never read.
         let size = u64::try_from(st.st_size).unwrap_or(0);
-        self.account(path, size)?;
+        self.account(size, || path.to_string())?;
         let max = self.limits.max_file_bytes;
         let mut buf = std::mem::take(&mut self.buf);
         read_file(std::fs::File::from(fd), size, max, &mut buf)
@@ -377,18 +396,23 @@ impl<'r> Walker<'r> {
 
     /// The entry for a file or symlink whose `lstat` still matches what
     /// materialize recorded (so its content is the recorded blob), charged
-    /// against the limits as reading it would be; `None` to read it.
+    /// against the limits as reading it would be; `None` to read it. The
+    /// `lstat` is `pre`'s when it prefetched `name` in `dfd` (the directory
+    /// `rel`).
     fn unchanged(
         &mut self,
         dfd: BorrowedFd<'_>,
         name: &[u8],
-        path: &str,
+        rel: &str,
         rec: &Record,
+        pre: Option<&Prestat<'_>>,
     ) -> Result<Option<(i32, Oid)>, Error> {
-        let Ok(st) = statat(dfd, name, AtFlags::SYMLINK_NOFOLLOW) else {
+        let st = pre
+            .and_then(|p| p.lstat(name))
+            .unwrap_or_else(|| statat(dfd, name, AtFlags::SYMLINK_NOFOLLOW).map(|s| Lstat::of(&s)));
+        let Ok(Lstat { key: stat, .. }) = st else {
             return Ok(None);
         };
-        let stat = StatKey::of(&st);
         if stat != rec.stat {
             return Ok(None);
         }
@@ -398,19 +422,21 @@ impl<'r> Walker<'r> {
             FileType::RegularFile => MODE_FILE,
             _ => return Ok(None),
         };
-        self.account(path, stat.size())?;
+        // The path is only spelled out for an error: this runs for every file.
+        self.account(stat.size(), || join(rel, &String::from_utf8_lossy(name)))?;
         self.hits += 1;
         Ok(Some((mode, rec.id)))
     }
 
-    /// Charge `bytes` against the per-file and total limits.
-    fn account(&mut self, path: &str, bytes: u64) -> Result<(), Error> {
+    /// Charge `bytes` (of the file at `path()`) against the per-file and
+    /// total limits.
+    fn account(&mut self, bytes: u64, path: impl FnOnce() -> String) -> Result<(), Error> {
         if bytes > self.limits.max_file_bytes {
-            return Err(self.limit(path.to_string(), "file size", self.limits.max_file_bytes));
+            return Err(self.limit(path(), "file size", self.limits.max_file_bytes));
         }
         self.total = self.total.saturating_add(bytes);
         if self.total > self.limits.max_total_bytes {
-            return Err(self.limit(path.to_string(), "total size", self.limits.max_total_bytes));
+            return Err(self.limit(path(), "total size", self.limits.max_total_bytes));
         }
         Ok(())
     }

@@ -91,6 +91,23 @@ impl StatKey {
     }
 }
 
+/// What the walks use of an `lstat`: the record key and the link count.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Lstat {
+    pub key: StatKey,
+    pub nlink: u64,
+}
+
+impl Lstat {
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    pub fn of(st: &Stat) -> Lstat {
+        Lstat {
+            key: StatKey::of(st),
+            nlink: st.st_nlink as u64,
+        }
+    }
+}
+
 /// One file or symlink as `materialize` left it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Record {
@@ -153,6 +170,11 @@ impl Worktree {
         self.dirs.get(rel)
     }
 
+    /// How many names are recorded, over all directories.
+    pub fn records(&self) -> usize {
+        self.records
+    }
+
     /// Whether `root` (the snapshot root's `fstat`) is the recorded root.
     pub fn same_root(&self, root: &Stat) -> bool {
         let k = StatKey::of(root);
@@ -193,11 +215,8 @@ impl Recorder {
 
     /// A file or symlink written at `rel_dir/name` with blob `id`; `st` is
     /// its `lstat` after the write, if taken.
-    pub fn leaf(&mut self, rel_dir: &str, name: &[u8], link: bool, st: Option<&Stat>, id: Oid) {
-        let rec = st.map(|st| Record {
-            stat: StatKey::of(st),
-            id,
-        });
+    pub fn leaf(&mut self, rel_dir: &str, name: &[u8], link: bool, st: Option<StatKey>, id: Oid) {
+        let rec = st.map(|stat| Record { stat, id });
         self.slot(rel_dir, name, Slot::Leaf { link, rec });
     }
 
@@ -341,7 +360,7 @@ mod tests {
         let st = rustix::fs::stat(&p).unwrap();
         let root = rustix::fs::stat(dir.path()).unwrap();
         let mut r = Recorder::default();
-        r.leaf("", b"f", false, Some(&st), Oid::zero());
+        r.leaf("", b"f", false, Some(StatKey::of(&st)), Oid::zero());
         r.dir_done("", Some(&st), None);
         // A fence equal to the file's own ctime: racy, dropped.
         let w = r.finish(&root, &st).unwrap();
@@ -355,7 +374,7 @@ mod tests {
         std::fs::write(&q, "y").unwrap();
         let later = rustix::fs::stat(&q).unwrap();
         let mut r = Recorder::default();
-        r.leaf("", b"f", false, Some(&st), Oid::zero());
+        r.leaf("", b"f", false, Some(StatKey::of(&st)), Oid::zero());
         let w = r.finish(&root, &later).unwrap();
         assert_eq!(
             w.dir("").unwrap().leaf(b"f").unwrap().stat,
