@@ -17,10 +17,10 @@
 //! directory at a time ([`Prestat::take_dir`]). So a stat taken here is what
 //! the walk's own `lstat` of the same name would have returned a moment
 //! later. Nothing the walk itself does in between can turn a stat that
-//! matches its record stale: the walk never writes into an existing file
-//! (it creates with `O_EXCL`), and a file whose stat matches its record has
-//! one link, which the walk reaches only through that name. A changed file
-//! stays changed; the worst a stale stat can do is make the walk rewrite or
+//! lets it keep a file stale: a snapshot changes nothing, and a reconcile
+//! never writes into an existing file (it creates with `O_EXCL`) and keeps
+//! only a file with a single link, so removing some other name cannot touch
+//! it. The other way round, a stale stat can only make the walk rewrite or
 //! re-read a file it could have kept, which is always exact.
 //!
 //! Descriptors held at once are capped ([`MAX_DIRS`]), so a tree with many
