@@ -352,13 +352,7 @@ impl<'r> Writer<'r> {
                 stored.extend(self.sync_subdir(&e, name, rel, &sub, depth, Some(sub_pre))?);
                 continue;
             }
-            let st = pre
-                .as_ref()
-                .and_then(|p| p.lstat(name.as_bytes()))
-                .unwrap_or_else(|| {
-                    statat(dfd, name, AtFlags::SYMLINK_NOFOLLOW).map(|s| Lstat::of(&s))
-                });
-            let st = match st {
+            let st = match Prestat::lstat_in(pre.as_ref(), dfd, name.as_bytes()) {
                 Ok(st) => Some(st),
                 Err(rustix::io::Errno::NOENT) => None,
                 Err(e) => return Err(self.io(&path, "inspecting", e)),

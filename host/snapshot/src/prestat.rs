@@ -83,9 +83,18 @@ impl<'w> Prestat<'w> {
         self.taken
     }
 
-    /// The `lstat` of `name` in this directory, when it was prefetched.
-    pub fn lstat(&self, name: &[u8]) -> Option<Result<Lstat, Errno>> {
-        self.stats.get(name).copied()
+    /// The `lstat` of `name` in the directory `dfd`: the one prefetched
+    /// there when `pre` (the stats prefetched in `dfd`) holds it, else taken
+    /// now. What both walks call instead of `lstat`.
+    pub fn lstat_in(
+        pre: Option<&Prestat<'_>>,
+        dfd: BorrowedFd<'_>,
+        name: &[u8],
+    ) -> Result<Lstat, Errno> {
+        match pre.and_then(|p| p.stats.get(name)) {
+            Some(st) => *st,
+            None => statat(dfd, name, AtFlags::SYMLINK_NOFOLLOW).map(|st| Lstat::of(&st)),
+        }
     }
 
     /// The subdirectory `name`, opened, with its prefetched stats.

@@ -407,10 +407,7 @@ impl<'r> Walker<'r> {
         rec: &Record,
         pre: Option<&Prestat<'_>>,
     ) -> Result<Option<(i32, Oid)>, Error> {
-        let st = pre
-            .and_then(|p| p.lstat(name))
-            .unwrap_or_else(|| statat(dfd, name, AtFlags::SYMLINK_NOFOLLOW).map(|s| Lstat::of(&s)));
-        let Ok(Lstat { key: stat, .. }) = st else {
+        let Ok(Lstat { key: stat, .. }) = Prestat::lstat_in(pre, dfd, name) else {
             return Ok(None);
         };
         if stat != rec.stat {
