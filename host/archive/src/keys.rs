@@ -79,7 +79,9 @@ pub fn receipt_message(experiment_id: &str, seq: u64, event_sha256: &str) -> Vec
     )
 }
 
-/// An experiment's signing key. Only the host process holds it.
+/// An experiment's signing key. Only the host process holds it. (`evolve init` clones it
+/// once: one copy is saved while the archive signs its genesis events with the other.)
+#[derive(Clone)]
 pub struct ExperimentKey {
     experiment_id: String,
     signing: SigningKey,

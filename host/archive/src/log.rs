@@ -280,17 +280,19 @@ fn sync_dir(path: &Path) -> Result<(), ArchiveError> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))
 }
 
-/// Open for reading and appending, creating (and fsyncing the directory) if missing.
-fn open_append(path: &Path) -> Result<File, ArchiveError> {
+/// Open for reading and appending, creating (and fsyncing) it if missing; also says
+/// whether it was created, so the caller syncs the directory (once for both files).
+fn open_append(path: &Path) -> Result<(File, bool), ArchiveError> {
     let mut o = OpenOptions::new();
     o.read(true).append(true).mode(0o644);
     match o.clone().create_new(true).open(path) {
         Ok(f) => {
             f.sync_all().map_err(io(path))?;
-            sync_dir(path)?;
-            Ok(f)
+            Ok((f, true))
         }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => o.open(path).map_err(io(path)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            Ok((o.open(path).map_err(io(path))?, false))
+        }
         Err(e) => Err(io(path)(e)),
     }
 }
@@ -361,8 +363,12 @@ impl Archive {
             fs::create_dir_all(dir).map_err(io(dir))?;
         }
         let receipts_path = receipts_path_for(path);
-        let mut file = open_append(path)?;
-        let mut receipts = open_append(&receipts_path)?;
+        let (mut file, created) = open_append(path)?;
+        let (mut receipts, receipts_created) = open_append(&receipts_path)?;
+        // Both live in one directory: one sync makes either new name durable.
+        if created || receipts_created {
+            sync_dir(path)?;
+        }
         let mut abytes = Vec::new();
         file.read_to_end(&mut abytes).map_err(io(path))?;
         let abytes = Arc::new(abytes);

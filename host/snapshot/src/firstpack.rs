@@ -1,4 +1,4 @@
-//! A first commit written straight from memory, as one pack.
+//! A first commit written straight from memory, as packs.
 //!
 //! `evolve init` knows every file of generation 0 before anything is on disk. Staging
 //! them as a working copy only to snapshot it back costs a file creation per file, and
@@ -8,17 +8,20 @@
 //! hashed by libgit2 (so ids are exactly what git computes, collision detection
 //! included), unless the caller already knows a blob's id (an embedded component's,
 //! from build time), all before anything is written, so a caller knows every id
-//! first. They are then written as one version-2 pack whose zlib streams are stored,
-//! not compressed, with its version-2 index: the file formats every git reads. Stored
+//! first. They are then written as version-2 packs whose zlib streams are stored, not
+//! compressed, each with its version-2 index: the file formats every git reads. Blobs
+//! of 64 KiB or more go into a pack of their own, hashed and encoded on a second core
+//! while the rest are (see [`LARGE_BLOB`]). Stored
 //! streams make the pack about as large as its contents (a `git gc` recompresses it);
 //! deflating that megabyte at zlib's fastest level (about 10 ms here) would cost more
 //! than the whole write.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
+use std::fmt::Write as _;
 use std::fs::{self, File};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use git2::{ObjectType, Oid};
 use sha1::{Digest, Sha1};
@@ -28,12 +31,13 @@ use crate::tree;
 
 /// One file of a tree given in memory.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NewFile {
+pub struct NewFile<'a> {
     /// Relative, '/'-separated; no empty, `.`, `..` or any-case `.git` component.
     pub path: String,
     /// Stored as mode 100755 when set, 100644 otherwise.
     pub executable: bool,
-    pub bytes: Vec<u8>,
+    /// Borrowed when the caller holds them anyway (an embedded component's bytes).
+    pub bytes: Cow<'a, [u8]>,
     /// The blob id of `bytes` when the caller already knows it (an embedded
     /// component's, computed at build time); `None`: hashed here. A wrong id would
     /// name the wrong object, so only ids derived from these very bytes belong here
@@ -75,13 +79,13 @@ impl<'a> Objects<'a> {
 /// Generation 0 assembled in memory by [`Store::prepare_first`](crate::Store::prepare_first):
 /// its blobs, trees and commit, each id known before anything is written, so a caller can
 /// record them elsewhere while [`Store::write_first`](crate::Store::write_first) makes
-/// them durable.
+/// them durable. The objects are already encoded as the packs to write.
 pub struct FirstCommit<'a> {
     tree: Oid,
     commit: Oid,
     /// The root tree's entries: name to id.
     top: BTreeMap<&'a str, Oid>,
-    objects: Vec<(Oid, u8, Cow<'a, [u8]>)>,
+    packs: Vec<Encoded>,
 }
 
 impl FirstCommit<'_> {
@@ -101,36 +105,143 @@ impl FirstCommit<'_> {
     }
 }
 
+/// One pack and its index, as written.
+struct Encoded {
+    pack: Vec<u8>,
+    index: Vec<u8>,
+}
+
+/// Blobs of at least this many bytes go into a pack of their own, hashed and encoded on
+/// a second thread while the rest of the tree is hashed and built on the first. Over a
+/// megabyte of operator components and a thousand small target files, the two sides
+/// take about as long as each other; one pack would put the SHA-1 of the whole
+/// megabyte (its trailer) after the last tree. The two packs are written side by side
+/// too. Any git reads a repository of several packs.
+const LARGE_BLOB: usize = 64 << 10;
+
 /// Build and hash the tree of `files` and a parentless commit of it with `message`,
-/// authored and committed by `signature`. Nothing is written.
+/// authored and committed by `signature`, and encode them as packs. Nothing is written.
 pub(crate) fn prepare<'a>(
-    files: &'a [NewFile],
+    files: &'a [NewFile<'_>],
     message: &str,
     signature: &git2::Signature<'_>,
 ) -> Result<FirstCommit<'a>, Error> {
-    let ids = blob_ids(files)?;
+    let (large, small): (Vec<&NewFile<'_>>, Vec<&NewFile<'_>>) =
+        files.iter().partition(|f| f.bytes.len() >= LARGE_BLOB);
+    if large.is_empty() || threads() < 2 {
+        let large_ids = blob_ids(&large)?;
+        let large_pack = blob_pack(&large, &large_ids)?;
+        return assemble(&small, &large, &large_ids, large_pack, message, signature);
+    }
+    std::thread::scope(|s| {
+        let (send_ids, large_ids) = std::sync::mpsc::sync_channel(1);
+        let large = &large;
+        let encoder = s.spawn(move || {
+            let ids = blob_ids(large);
+            let known = ids.as_ref().ok().cloned();
+            let _ = send_ids.send(ids);
+            known.map(|ids| blob_pack(large, &ids))
+        });
+        // A panic on the other side is re-raised here, as if on this thread.
+        let rejoin = |encoder: std::thread::ScopedJoinHandle<'_, _>| {
+            encoder
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p))
+        };
+        let Ok(large_ids) = large_ids.recv() else {
+            let _: Option<Result<Option<Encoded>, Error>> = rejoin(encoder);
+            unreachable!("the encoder sends its ids before it returns");
+        };
+        let large_ids = large_ids?;
+        let mut first = assemble(&small, large, &large_ids, None, message, signature)?;
+        if let Some(large_pack) = rejoin(encoder).transpose()?.flatten() {
+            first.packs.push(large_pack);
+        }
+        Ok(first)
+    })
+}
+
+/// The tree of `small` and `large` (whose blob ids are `large_ids`), its commit, and
+/// the pack of `small`'s blobs, the trees and the commit; `large_pack` (if any) joins it.
+fn assemble<'a>(
+    small: &[&'a NewFile<'_>],
+    large: &[&'a NewFile<'_>],
+    large_ids: &[Oid],
+    large_pack: Option<Encoded>,
+    message: &str,
+    signature: &git2::Signature<'_>,
+) -> Result<FirstCommit<'a>, Error> {
+    let small_ids = blob_ids(small)?;
     let mut objects = Objects::default();
     let mut root = Dir::default();
-    for (file, id) in files.iter().zip(ids) {
+    for (file, id) in small.iter().zip(small_ids) {
         objects.add(id, OBJ_BLOB, Cow::Borrowed(&file.bytes));
         insert(&mut root, file, id)?;
+    }
+    for (file, id) in large.iter().zip(large_ids) {
+        insert(&mut root, file, *id)?;
     }
     let (tree, top) = write_dir(&root, &mut objects)?;
     let body = commit_body(tree, message, signature);
     let commit = Oid::hash_object(ObjectType::Commit, &body)
         .map_err(crate::error::git("hashing the commit"))?;
     objects.add(commit, OBJ_COMMIT, Cow::Owned(body));
+    let mut packs = vec![encode(&objects.list)?];
+    packs.extend(large_pack);
     Ok(FirstCommit {
         tree,
         commit,
         top,
-        objects: objects.list,
+        packs,
     })
 }
 
-/// Write `first`'s objects as one durable pack in `objects_dir/pack`.
+/// The pack of `files`' blobs (ids `ids`), each once; `None` for no files.
+fn blob_pack(files: &[&NewFile<'_>], ids: &[Oid]) -> Result<Option<Encoded>, Error> {
+    if files.is_empty() {
+        return Ok(None);
+    }
+    let mut objects = Objects::default();
+    for (file, id) in files.iter().zip(ids) {
+        objects.add(*id, OBJ_BLOB, Cow::Borrowed(&file.bytes));
+    }
+    encode(&objects.list).map(Some)
+}
+
+/// Cores to hash and encode on (at most 8).
+fn threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
+}
+
+/// Write `first`'s packs and their indexes, durably, into `objects_dir/pack`.
+///
+/// Each file goes straight under its final name, and the disk starts on it as soon as it
+/// is written; then all are synced, then the directory. Nothing here orders the files'
+/// durability (a pack under temporary names, renamed once synced, its index last, is
+/// what a repository in use needs): the first commit goes into a repository nobody
+/// uses yet, and `evolve init` marks it a workspace (the `gen/0` tag) only once this
+/// has returned. Until then an interrupted write leaves a directory that is visibly
+/// not a workspace.
 pub(crate) fn write(objects_dir: &Path, first: &FirstCommit<'_>) -> Result<(), Error> {
-    write_pack(&objects_dir.join("pack"), &first.objects)
+    let pack_dir = objects_dir.join("pack");
+    let mut packs: Vec<&Encoded> = first.packs.iter().collect();
+    // The largest first: it is on its way to the disk while the rest are written.
+    packs.sort_by_key(|p| std::cmp::Reverse(p.pack.len()));
+    let mut written = Vec::with_capacity(2 * packs.len());
+    for encoded in packs {
+        let name = encoded.name();
+        for (ext, bytes) in [("pack", &encoded.pack), ("idx", &encoded.index)] {
+            let path = pack_dir.join(format!("{name}.{ext}"));
+            let file = write_unsynced(&path, bytes)?;
+            written.push((path, file));
+        }
+    }
+    for (path, file) in &written {
+        file.sync_all().map_err(io(path, "syncing"))?;
+    }
+    File::open(&pack_dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io(&pack_dir, "syncing"))
 }
 
 /// A commit object's body (git's format): its tree, no parent, author and committer
@@ -152,8 +263,8 @@ fn commit_body(tree: Oid, message: &str, signature: &git2::Signature<'_>) -> Vec
 
 /// The blob id of each file, in order. Hashing is most of the CPU time here, so a
 /// large tree is hashed on every core (in contiguous slices of about equal bytes).
-fn blob_ids(files: &[NewFile]) -> Result<Vec<Oid>, Error> {
-    let hash = |slice: &[NewFile]| -> Result<Vec<Oid>, Error> {
+fn blob_ids(files: &[&NewFile<'_>]) -> Result<Vec<Oid>, Error> {
+    let hash = |slice: &[&NewFile<'_>]| -> Result<Vec<Oid>, Error> {
         slice
             .iter()
             .map(|f| {
@@ -166,9 +277,9 @@ fn blob_ids(files: &[NewFile]) -> Result<Vec<Oid>, Error> {
             })
             .collect()
     };
-    let to_hash = |f: &NewFile| if f.id.is_some() { 0 } else { f.bytes.len() };
-    let total: usize = files.iter().map(to_hash).sum();
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    let to_hash = |f: &NewFile<'_>| if f.id.is_some() { 0 } else { f.bytes.len() };
+    let total: usize = files.iter().map(|f| to_hash(f)).sum();
+    let threads = threads();
     if threads < 2 || total < 256 << 10 {
         return hash(files);
     }
@@ -198,7 +309,7 @@ fn blob_ids(files: &[NewFile]) -> Result<Vec<Oid>, Error> {
 }
 
 /// Put `file` (blob `id`) into the directory tree under `root`.
-fn insert<'a>(root: &mut Dir<'a>, file: &'a NewFile, id: Oid) -> Result<(), Error> {
+fn insert<'a>(root: &mut Dir<'a>, file: &'a NewFile<'_>, id: Oid) -> Result<(), Error> {
     if !crate::is_clean_path(&file.path) {
         return Err(Error::InvalidPath(file.path.clone()));
     }
@@ -265,46 +376,41 @@ fn write_dir<'a>(
     Ok((id, ids))
 }
 
-/// Write `objects` as `pack-<checksum>.pack` and its `.idx` in `pack_dir`: both
-/// written under temporary names and synced, then renamed (the index last: git
-/// takes a pack into account once its index exists), then the directory synced.
-fn write_pack(pack_dir: &Path, objects: &[(Oid, u8, Cow<'_, [u8]>)]) -> Result<(), Error> {
-    let (pack, index) = encode(objects)?;
-    let checksum: String = pack[pack.len() - 20..]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    let final_pack = pack_dir.join(format!("pack-{checksum}.pack"));
-    let final_index = pack_dir.join(format!("pack-{checksum}.idx"));
-    let tmp_pack = write_synced(pack_dir, "pack", &pack)?;
-    let tmp_index = write_synced(pack_dir, "idx", &index)?;
-    fs::rename(&tmp_pack, &final_pack).map_err(io(&final_pack, "renaming into place"))?;
-    fs::rename(&tmp_index, &final_index).map_err(io(&final_index, "renaming into place"))?;
-    File::open(pack_dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io(pack_dir, "syncing"))
+impl Encoded {
+    /// `pack-<checksum>`: git's name for the pack and its index.
+    fn name(&self) -> String {
+        let mut name = String::from("pack-");
+        for b in &self.pack[self.pack.len() - 20..] {
+            let _ = write!(name, "{b:02x}");
+        }
+        name
+    }
 }
 
-/// Write `bytes` to a new temporary file in `dir` (read-only, as git keeps
-/// packs), synced; returns its path.
-fn write_synced(dir: &Path, ext: &str, bytes: &[u8]) -> Result<PathBuf, Error> {
+/// Create `path` (read-only, as git keeps packs) with `bytes`, and have the kernel start
+/// writing it to the disk without waiting for it: the caller syncs it later, by when
+/// most of it is written.
+fn write_unsynced(path: &Path, bytes: &[u8]) -> Result<File, Error> {
+    use std::os::fd::AsRawFd;
     use std::os::unix::fs::OpenOptionsExt;
-    let path = dir.join(format!("tmp_evolve_{}.{ext}", std::process::id()));
-    let _ = fs::remove_file(&path); // left by an interrupted init of this pid
     let mut file = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o444)
-        .open(&path)
-        .map_err(io(&path, "creating"))?;
-    file.write_all(bytes)
-        .and_then(|()| file.sync_all())
-        .map_err(io(&path, "writing"))?;
-    Ok(path)
+        .open(path)
+        .map_err(io(path, "creating"))?;
+    file.write_all(bytes).map_err(io(path, "writing"))?;
+    // SAFETY: a valid open descriptor; SYNC_FILE_RANGE_WRITE only starts writeback of
+    // the file's dirty pages (offset 0, length 0: to the end). It is a hint: a failure
+    // changes nothing, since the caller's fsync writes and waits for everything anyway.
+    unsafe {
+        libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
+    }
+    Ok(file)
 }
 
 /// The pack (version 2) and its index (version 2) for `objects`.
-fn encode(objects: &[(Oid, u8, Cow<'_, [u8]>)]) -> Result<(Vec<u8>, Vec<u8>), Error> {
+fn encode(objects: &[(Oid, u8, Cow<'_, [u8]>)]) -> Result<Encoded, Error> {
     let size: usize = objects
         .iter()
         .map(|(_, _, d)| 10 + stored_len(d.len()))
@@ -325,7 +431,8 @@ fn encode(objects: &[(Oid, u8, Cow<'_, [u8]>)]) -> Result<(Vec<u8>, Vec<u8>), Er
     let sum: [u8; 20] = Sha1::digest(&pack).into();
     pack.extend_from_slice(&sum);
     entries.sort_by_key(|e| e.0);
-    Ok((pack, index(&entries, &sum)))
+    let index = index(&entries, &sum);
+    Ok(Encoded { pack, index })
 }
 
 /// The largest stored deflate block (its length field has 16 bits).

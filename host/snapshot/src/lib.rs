@@ -259,8 +259,9 @@ impl Store {
     /// The repository's first commit, of a tree given in memory: `files`
     /// (every file of it; directories follow from the paths, empty ones do not
     /// exist in git). [`Store::prepare_first`] then [`Store::write_first`].
-    /// Returns the tree and the commit.
-    pub fn commit_first(&self, files: &[NewFile], message: &str) -> Result<(Oid, Oid), Error> {
+    /// Returns the tree and the commit. For a repository nothing uses yet (see
+    /// `write_first`).
+    pub fn commit_first(&self, files: &[NewFile<'_>], message: &str) -> Result<(Oid, Oid), Error> {
         let first = Store::prepare_first(files, message)?;
         self.write_first(&first)?;
         Ok((first.tree(), first.commit()))
@@ -268,10 +269,11 @@ impl Store {
 
     /// Assemble a first commit of `files` with `message` in memory, by
     /// `evolve <evolve@localhost>` now: blobs, trees and the commit, all
-    /// hashed, nothing written. Refuses unclean paths, any-case `.git`
+    /// hashed and encoded as packs (blobs of 64 KiB or more in one of their own,
+    /// on a second core), nothing written. Refuses unclean paths, any-case `.git`
     /// components and a path given twice or as both a file and a directory.
     pub fn prepare_first<'a>(
-        files: &'a [NewFile],
+        files: &'a [NewFile<'_>],
         message: &str,
     ) -> Result<FirstCommit<'a>, Error> {
         let sig = Signature::now("evolve", "evolve@localhost")
@@ -279,10 +281,12 @@ impl Store {
         firstpack::prepare(files, message, &sig)
     }
 
-    /// Write a prepared first commit: every object in one new pack, synced
-    /// (see `firstpack.rs` for why this store writes that pack itself), then
-    /// `HEAD`'s branch names the commit. Nothing is written in the workspace
-    /// itself.
+    /// Write a prepared first commit: its packs, synced (see `firstpack.rs` for
+    /// why this store writes them itself), then `HEAD`'s branch names the commit.
+    /// Nothing is written in the workspace itself. The packs are written under
+    /// their final names and synced together, in no order: this is for a
+    /// repository nothing uses until the caller has marked it complete (`evolve
+    /// init` tags `gen/0` last), not for one in use.
     pub fn write_first(&self, first: &FirstCommit<'_>) -> Result<(), Error> {
         firstpack::write(&self.repo.path().join("objects"), first)?;
         self.repo

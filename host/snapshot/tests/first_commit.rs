@@ -3,17 +3,18 @@
 
 mod common;
 
+use std::borrow::Cow;
 use std::path::Path;
 use std::process::Command;
 
 use common::*;
 use evolve_snapshot::{Error, NewFile, Store};
 
-fn file(path: &str, executable: bool, bytes: impl Into<Vec<u8>>) -> NewFile {
+fn file(path: &str, executable: bool, bytes: impl Into<Vec<u8>>) -> NewFile<'static> {
     NewFile {
         path: path.into(),
         executable,
-        bytes: bytes.into(),
+        bytes: Cow::Owned(bytes.into()),
         id: None,
     }
 }
@@ -22,7 +23,7 @@ fn file(path: &str, executable: bool, bytes: impl Into<Vec<u8>>) -> NewFile {
 /// ended in '/': `a.b` < `a/` < `a0`), duplicate contents, an empty file, an
 /// executable, and blobs at and past a stored deflate block's 65,535 bytes and past
 /// the entry header's first size bytes.
-fn sample() -> Vec<NewFile> {
+fn sample() -> Vec<NewFile<'static>> {
     let big: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
     vec![
         file("a.b", false, "dot\n"),
@@ -40,7 +41,7 @@ fn sample() -> Vec<NewFile> {
     ]
 }
 
-fn write_all(root: &Path, files: &[NewFile]) {
+fn write_all(root: &Path, files: &[NewFile<'_>]) {
     use std::os::unix::fs::PermissionsExt;
     for f in files {
         let p = root.join(&f.path);
@@ -106,7 +107,7 @@ fn the_tree_is_the_one_a_snapshot_of_the_same_files_makes() {
     for f in &files {
         assert_eq!(
             std::fs::read(out.join(&f.path)).unwrap(),
-            f.bytes,
+            f.bytes.as_ref(),
             "{}",
             f.path
         );
@@ -141,12 +142,27 @@ fn git_itself_verifies_the_pack_and_its_index() {
     let store = Store::init(ws.path()).unwrap();
     let (tree, _) = store.commit_first(&sample(), "gen 0").unwrap();
     let names = pack_files(ws.path());
-    assert_eq!(names.len(), 2, "one pack and its index: {names:?}");
-    let idx = ws.path().join(".git/objects/pack").join(&names[0]);
-    let verified = git(ws.path(), &["verify-pack", "-v", idx.to_str().unwrap()]);
+    assert_eq!(names.len(), 4, "two packs and their indexes: {names:?}");
     // 12 files with one duplicate content: 11 blobs; trees: root, a, a-b, deep, er, bin;
-    // the commit.
-    assert!(verified.contains("non delta: 18 objects"), "{verified}");
+    // the commit. The three blobs of 64 KiB or more (big, mid, block1: 65,536 bytes;
+    // block: 65,535 is under) are in a pack of their own. verify-pack lists each object
+    // on a line that starts with its id.
+    let mut counts = Vec::new();
+    for idx in names.iter().filter(|n| n.ends_with(".idx")) {
+        let idx = ws.path().join(".git/objects/pack").join(idx);
+        let verified = git(ws.path(), &["verify-pack", "-v", idx.to_str().unwrap()]);
+        let objects = verified
+            .lines()
+            .filter(|l| l.split(' ').next().is_some_and(|id| id.len() == 40))
+            .count();
+        assert!(
+            verified.contains(&format!("non delta: {objects} objects")),
+            "{verified}"
+        );
+        counts.push(objects);
+    }
+    counts.sort();
+    assert_eq!(counts, [3, 15], "blobs of 64 KiB or more, then the rest");
     git(ws.path(), &["fsck", "--full", "--strict"]);
     assert_eq!(
         git(ws.path(), &["rev-parse", "HEAD^{tree}"]).trim(),
@@ -203,7 +219,7 @@ fn later_writes_land_beside_the_pack() {
 
 #[test]
 fn bad_paths_are_refused_before_anything_is_written() {
-    let cases: Vec<(Vec<NewFile>, &str)> = vec![
+    let cases: Vec<(Vec<NewFile<'static>>, &str)> = vec![
         (
             vec![file("a", false, "1"), file("a", false, "2")],
             "given twice",

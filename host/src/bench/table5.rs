@@ -62,7 +62,7 @@ pub fn measure(
         "workspace init",
         "`evolve init` of a 1,000-file target with four tasks and five built-in operators: recipe \
          check (each component normalizes its config), reading the target, task-set freeze, gen/0 \
-         written from memory as one synced pack + commit + tag, key, archive genesis (fsynced)",
+         written from memory as two synced packs + commit + tag, key, archive genesis (fsynced)",
         init_stat,
         155.0,
     )];

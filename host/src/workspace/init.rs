@@ -1,7 +1,7 @@
 //! `evolve init`: create a workspace, commit it and tag `gen/0`.
 //!
 //! Generation 0 is assembled in memory (target, task set, frozen operators, normalized
-//! recipe, public key) and written straight into the repository as one pack: the
+//! recipe, public key) and written straight into the repository as packs: the
 //! workspace holds no working copy of it. The framework reads everything from `gen/0`'s
 //! commit anyway, and each stage gets its own checkout under `runs/`; a copy at the
 //! root would only be a second, non-authoritative version that invites edits which
@@ -11,9 +11,10 @@
 //! (the target and the task set are read while the operators check their configs).
 //! Then the `gen/0` tag is what crash safety orders: a workspace without it is not a
 //! workspace (`Workspace::open` refuses it), so everything the tag stands for is made
-//! durable first, on two threads that wait on the disk side by side: the signing key and
-//! the archive's genesis events on one, the repository with its first commit on the
-//! other (each synced). A failure part way removes what `init` created (the directory
+//! durable first, on threads that wait on the disk side by side: the signing key on one,
+//! the archive's genesis events on another, the repository's directories on a third,
+//! while this one hashes generation 0 and then writes its packs (each synced). A failure
+//! part way removes what `init` created (the directory
 //! was absent or empty); a workspace left by a killed init is visibly incomplete, and
 //! `init` into the same directory refuses to overwrite it.
 
@@ -27,6 +28,7 @@ use evaluator_harbor::split::{FrozenTaskSet, SplitName, SplitRatios, TaskFiles};
 use evolve_archive::{Archive, ExperimentKey, types};
 use evolve_snapshot::{NewFile, Oid, Store};
 use serde_json::{Map, Value, json};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -163,12 +165,12 @@ impl Made {
     }
 }
 
-/// The durable steps run on two threads. This one assembles and hashes generation 0 in
+/// The durable steps run side by side. This thread assembles and hashes generation 0 in
 /// memory, which makes its commit and tree ids known before anything is written, then
-/// creates the repository and writes its pack (synced). Meanwhile the other saves the
-/// signing key and creates the archive (each synced), and appends the genesis events
-/// once this one sends it the ids. The `gen/0` tag comes last, once both are durable
-/// (see the module comment). Returns the commit.
+/// writes its packs (synced) into the repository another thread has created meanwhile.
+/// A third saves the signing key and creates the archive (each synced), and appends the
+/// genesis events once this one sends it the ids. The `gen/0` tag comes last, once all
+/// are durable (see the module comment). Returns the commit.
 fn create(
     made: &Made,
     recipe: &Recipe,
@@ -181,17 +183,21 @@ fn create(
     files.add(layout::PUBLIC_KEY_FILE, false, key.public().file_bytes());
     let files = files.into_list();
     let (send_ids, ids) = std::sync::mpsc::sync_channel(1);
-    let (written, genesis) = std::thread::scope(|s| {
-        let genesis = s.spawn(|| write_genesis(made, key, &recipe.experiment.name, ids));
-        let written = write_repository(made, engine, task_set, &files, send_ids);
-        // A panic while writing the archive is re-raised here, as if on this thread.
-        let genesis = genesis
-            .join()
-            .unwrap_or_else(|p| std::panic::resume_unwind(p));
-        (written, genesis)
+    let archive_key = key.clone();
+    let (written, saved, genesis) = std::thread::scope(|s| {
+        // Each durable step waits on the disk on a thread of its own: the key, the
+        // archive, the repository's directories. Generation 0 is hashed meanwhile.
+        let saved = s.spawn(|| save_key(made, &key));
+        let genesis = s.spawn(|| write_genesis(made, archive_key, &recipe.experiment.name, ids));
+        let store = s.spawn(|| {
+            Store::init(&made.root).map_err(|e| err(format!("cannot create the repository: {e}")))
+        });
+        let written = write_repository(engine, task_set, &files, send_ids, || rejoin(store));
+        (written, rejoin(saved), rejoin(genesis))
     });
     // The repository's error first: without its ids the archive could not be written.
     let (store, commit) = written?;
+    saved?;
     genesis?;
     store
         .tag(&layout::tag_name("0"), commit)
@@ -206,14 +212,14 @@ struct Gen0Ids {
     tree: Oid,
 }
 
-/// Assemble generation 0 from `files`, send its ids to [`write_genesis`], then create
-/// the repository and write it.
+/// Assemble generation 0 from `files`, send its ids to [`write_genesis`], then write it
+/// into the repository `store` gives (once created).
 fn write_repository(
-    made: &Made,
     engine: &EngineConfig,
     task_set: &FrozenTaskSet,
-    files: &[NewFile],
+    files: &[NewFile<'_>],
     send_ids: std::sync::mpsc::SyncSender<Gen0Ids>,
+    store: impl FnOnce() -> Result<Store>,
 ) -> Result<(Store, Oid)> {
     let first = Store::prepare_first(files, "evolve: generation 0")
         .map_err(|e| err(format!("cannot commit generation 0: {e}")))?;
@@ -233,25 +239,36 @@ fn write_repository(
         commit: first.commit(),
         tree: first.tree(),
     });
-    let store =
-        Store::init(&made.root).map_err(|e| err(format!("cannot create the repository: {e}")))?;
+    let store = store()?;
     store
         .write_first(&first)
         .map_err(|e| err(format!("cannot commit generation 0: {e}")))?;
     Ok((store, first.commit()))
 }
 
-/// Save the signing key and create the archive, then, given generation 0's ids, append
-/// the genesis event and generation 0's (each synced).
+/// A scoped thread's result; its panic is re-raised here, as if on this thread.
+fn rejoin<T>(thread: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    thread
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
+/// Save the signing key outside the workspace (synced).
+fn save_key(made: &Made, key: &ExperimentKey) -> Result<()> {
+    key.save(&made.key_path)
+        .map_err(|e| err(format!("cannot create the signing key: {e}")))?;
+    made.key_made.store(true, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Create the archive, then, given generation 0's ids, append the genesis event and
+/// generation 0's (each synced).
 fn write_genesis(
     made: &Made,
     key: ExperimentKey,
     recipe_name: &str,
     ids: std::sync::mpsc::Receiver<Gen0Ids>,
 ) -> Result<()> {
-    key.save(&made.key_path)
-        .map_err(|e| err(format!("cannot create the signing key: {e}")))?;
-    made.key_made.store(true, Ordering::Relaxed);
     let paths = Paths::new(&made.root);
     let mut archive = Archive::open(&paths.archive(), &made.experiment_id, key)
         .map_err(|e| err(format!("cannot create the archive: {e}")))?;
@@ -341,34 +358,50 @@ fn experiment_id(name: &str) -> String {
     format!("{safe}-{}", evolve_archive::canonical::hex(&bytes))
 }
 
-/// The files of generation 0, by path. A later file at a path replaces an earlier one.
+/// The files of generation 0. A later file at a path replaces an earlier one.
 #[derive(Default)]
 struct Gen0 {
-    files: BTreeMap<String, NewFile>,
+    files: Vec<NewFile<'static>>,
 }
 
 impl Gen0 {
     fn add(&mut self, path: &str, executable: bool, bytes: Vec<u8>) {
-        self.add_known(path, executable, bytes, None);
+        self.add_known(path, executable, Cow::Owned(bytes), None);
     }
 
-    /// Add a file whose blob id is already known (an embedded component's).
-    fn add_known(&mut self, path: &str, executable: bool, bytes: Vec<u8>, id: Option<Oid>) {
-        let file = NewFile {
+    /// Add a file whose bytes may be borrowed (an embedded component's), and whose blob
+    /// id may be known already.
+    fn add_known(
+        &mut self,
+        path: &str,
+        executable: bool,
+        bytes: Cow<'static, [u8]>,
+        id: Option<Oid>,
+    ) {
+        self.files.push(NewFile {
             path: path.to_string(),
             executable,
             bytes,
             id,
-        };
-        self.files.insert(file.path.clone(), file);
+        });
     }
 
     fn text(&mut self, path: &str, text: &str) {
         self.add(path, false, text.as_bytes().to_vec());
     }
 
-    fn into_list(self) -> Vec<NewFile> {
-        self.files.into_values().collect()
+    /// The files by path, the last added of each path.
+    fn into_list(mut self) -> Vec<NewFile<'static>> {
+        // Stable: files of one path stay in the order they were added.
+        self.files.sort_by(|a, b| a.path.cmp(&b.path));
+        let mut list: Vec<NewFile<'static>> = Vec::with_capacity(self.files.len());
+        for file in self.files {
+            if list.last().is_some_and(|last| last.path == file.path) {
+                list.pop();
+            }
+            list.push(file);
+        }
+        list
     }
 }
 
@@ -651,7 +684,8 @@ fn install_script(
 
 /// A component a binding names.
 pub struct OperatorFile {
-    pub bytes: Vec<u8>,
+    /// Borrowed for an embedded component.
+    pub bytes: Cow<'static, [u8]>,
     /// Where it came from: `file:PATH` or `builtin:STAGE/NAME@evolve-VERSION`.
     pub source: String,
     /// Hex SHA-256 of `bytes`.
@@ -671,7 +705,7 @@ pub fn operator_bytes(
     if let Some(file) = checked.remove(stage) {
         return Ok(OperatorFile {
             sha256: evolve_archive::canonical::hex(&file.sha256),
-            bytes: file.bytes,
+            bytes: Cow::Owned(file.bytes),
             source: format!("file:{}", file.path.display()),
             blob_id: None,
         });
@@ -682,7 +716,7 @@ pub fn operator_bytes(
         ))
     })?;
     Ok(OperatorFile {
-        bytes: op.bytes.to_vec(),
+        bytes: Cow::Borrowed(op.bytes),
         source: format!(
             "builtin:{stage}/{name}@evolve-{}",
             env!("CARGO_PKG_VERSION")
