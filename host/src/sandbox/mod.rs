@@ -11,6 +11,7 @@
 //!
 //! A fresh store and instance serve each call, so nothing survives between calls.
 
+mod bare_scratch;
 mod bindings;
 mod cache;
 mod cancel;
@@ -99,6 +100,8 @@ pub struct Sandbox {
     /// Components already checked against a stage's world and linked, by digest and
     /// stage: loading one again costs a lookup.
     linked: std::sync::Mutex<Linked>,
+    /// Where [`Sandbox::call_bare`] gets each call's scratch directory.
+    bare_scratch: bare_scratch::BareScratch,
 }
 
 /// Linked components by digest and stage (the stage's index among the worlds).
@@ -151,6 +154,7 @@ impl Sandbox {
             tally: CallTally::default(),
             file_digests: Default::default(),
             linked: Default::default(),
+            bare_scratch: Default::default(),
         }))
     }
 
@@ -342,16 +346,17 @@ impl Sandbox {
         self.load_bytes(stage, &bytes, origin)
     }
 
-    /// One short call with nothing granted but a fresh scratch directory (removed after)
-    /// and no host capability: for meta calls and checks, which must not depend on any
-    /// candidate. The default limits, with a `timeout` deadline.
+    /// One short call with nothing granted but an empty scratch directory no other call
+    /// has changed (see `bare_scratch.rs`) and no host capability: for meta calls and
+    /// checks, which must not depend on any candidate. The default limits, with a
+    /// `timeout` deadline.
     pub async fn call_bare(
         &self,
         op: &LoadedOperator,
         input: StageInput,
         timeout: Duration,
     ) -> std::io::Result<CallReport> {
-        let scratch = tempfile::tempdir()?;
+        let scratch = self.bare_scratch.make()?;
         let limits = Limits {
             timeout,
             ..Limits::default()
