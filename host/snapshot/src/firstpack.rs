@@ -115,8 +115,8 @@ struct Encoded {
 /// a second thread while the rest of the tree is hashed and built on the first. Over a
 /// megabyte of operator components and a thousand small target files, the two sides
 /// take about as long as each other; one pack would put the SHA-1 of the whole
-/// megabyte (its trailer) after the last tree. The two packs are written side by side
-/// too. Any git reads a repository of several packs.
+/// megabyte (its trailer) after the last tree. Any git reads a repository of several
+/// packs.
 const LARGE_BLOB: usize = 64 << 10;
 
 /// Build and hash the tree of `files` and a parentless commit of it with `message`,
