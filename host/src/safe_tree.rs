@@ -4,8 +4,9 @@
 //! them itself, but a careless host would), write huge files, and use odd names. Every
 //! host-side read of an operator-written tree goes through this module:
 //!
-//! * all access is through a cap-std directory handle, so no path can resolve outside
-//!   the tree, and symlinks are reported, never followed;
+//! * all access is through a cap-std directory handle (a file is opened by one checked
+//!   name relative to its directory's handle), so no path can resolve outside the tree,
+//!   and symlinks are reported, never followed;
 //! * sizes and entry counts are bounded, and a bound that is hit is an error naming it;
 //! * names that are not UTF-8 or contain control characters are reported as such.
 
