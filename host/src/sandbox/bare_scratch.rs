@@ -188,6 +188,20 @@ mod tests {
         let fresh = scratch.make().unwrap();
         assert_ne!(fresh.path(), kept);
         assert_eq!(std::fs::read_dir(fresh.path()).unwrap().count(), 0);
+        // Its times set back to what they were (WASI's set-times can): the change time
+        // still moved.
+        let timed = fresh.path().to_path_buf();
+        let before = std::fs::metadata(&timed).unwrap();
+        std::fs::File::open(&timed)
+            .unwrap()
+            .set_times(
+                std::fs::FileTimes::new()
+                    .set_accessed(before.accessed().unwrap())
+                    .set_modified(before.modified().unwrap()),
+            )
+            .unwrap();
+        drop(fresh);
+        assert!(!timed.exists());
     }
 
     #[test]
