@@ -131,3 +131,44 @@ async fn malformed_input_is_a_violation_not_a_failure() {
         v(&[("", "must be an object")])
     );
 }
+
+/// A bare call's `/scratch` (describe, normalize-config) may be one an earlier bare call
+/// left exactly as it found it, never one it wrote in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bare_call_never_sees_what_an_earlier_one_left_in_scratch() {
+    let (sb, op) = load();
+    let bare = |raw: &'static str| {
+        let (sb, op) = (&sb, &op);
+        async move {
+            let report = sb
+                .call_bare(
+                    op,
+                    StageInput::NormalizeConfig(raw.into()),
+                    std::time::Duration::from_secs(10),
+                )
+                .await
+                .unwrap();
+            match report
+                .outcome
+                .expect("normalize-config does not fail as a call")
+            {
+                StageOutput::NormalizedConfig(Ok(map)) => Ok(Value::Object(map)),
+                StageOutput::NormalizedConfig(Err(v)) => Err(v
+                    .into_iter()
+                    .map(|ConfigViolation { path, message }| (path, message))
+                    .collect::<Vec<_>>()),
+                other => panic!("unexpected output {other:?}"),
+            }
+        }
+    };
+    let plain = r#"{"mode": "strict"}"#;
+    let probe = r#"{"mode": "strict", "extras": {"probe_scratch": true}}"#;
+    let clean = v(&[("extras.probe_scratch", "saw []; left a file: Ok(())")]);
+    // An untouched directory is handed out again: still empty for the probe, which
+    // writes in it; so the probes after it get another, empty again.
+    assert!(bare(plain).await.is_ok());
+    for _ in 0..3 {
+        assert_eq!(bare(probe).await, Err(clean.clone()));
+        assert!(bare(plain).await.is_ok());
+    }
+}

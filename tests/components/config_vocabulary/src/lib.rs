@@ -15,6 +15,34 @@ fn window_fits(cfg: &Map<String, Value>) -> Result<(), Vec<Violation>> {
     Ok(())
 }
 
+/// With `extras.probe_scratch` set, normalization lists `/scratch`, leaves a file there,
+/// and reports both as a violation (the only text normalize-config sends back besides the
+/// configuration): the host's tests check that no later bare call sees the file.
+fn probe_scratch(cfg: &Map<String, Value>) -> Result<(), Vec<Violation>> {
+    let probe = cfg
+        .get("extras")
+        .and_then(|extras| extras.get("probe_scratch"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    if !probe {
+        return Ok(());
+    }
+    let mut seen: Vec<String> = match std::fs::read_dir("/scratch") {
+        Ok(entries) => entries
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect(),
+        Err(e) => vec![format!("cannot list: {e}")],
+    };
+    seen.sort();
+    let left =
+        std::fs::write("/scratch/left-behind", "from an earlier call").map_err(|e| e.to_string());
+    Err(vec![Violation::new(
+        "extras.probe_scratch",
+        format!("saw {seen:?}; left a file: {left:?}"),
+    )])
+}
+
 impl Operator for Vocabulary {
     const NAME: &'static str = "config_vocabulary";
     const SUMMARY: &'static str = "Test fixture exercising every configuration-schema feature.";
@@ -50,6 +78,7 @@ impl Operator for Vocabulary {
             .field("extras", object(Fields::new()).additional_properties(true))
             .field("anything", json())
             .refine(window_fits)
+            .refine(probe_scratch)
     }
 }
 
