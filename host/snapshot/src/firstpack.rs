@@ -126,9 +126,20 @@ pub(crate) fn prepare<'a>(
     message: &str,
     signature: &git2::Signature<'_>,
 ) -> Result<FirstCommit<'a>, Error> {
+    prepare_on(files, message, signature, threads())
+}
+
+/// [`prepare`] on `threads` cores: the large blobs get a thread of their own only with
+/// two or more.
+fn prepare_on<'a>(
+    files: &'a [NewFile<'_>],
+    message: &str,
+    signature: &git2::Signature<'_>,
+    threads: usize,
+) -> Result<FirstCommit<'a>, Error> {
     let (large, small): (Vec<&NewFile<'_>>, Vec<&NewFile<'_>>) =
         files.iter().partition(|f| f.bytes.len() >= LARGE_BLOB);
-    if large.is_empty() || threads() < 2 {
+    if large.is_empty() || threads < 2 {
         let large_ids = blob_ids(&large)?;
         let large_pack = blob_pack(&large, &large_ids)?;
         return assemble(&small, &large, &large_ids, large_pack, message, signature);
@@ -534,7 +545,45 @@ fn too_big(what: &'static str) -> Error {
 
 #[cfg(test)]
 mod tests {
-    use super::{entry_header, store_zlib, stored_len};
+    use super::{
+        FirstCommit, LARGE_BLOB, NewFile, entry_header, prepare_on, store_zlib, stored_len,
+    };
+    use std::borrow::Cow;
+
+    #[test]
+    fn one_core_and_two_prepare_the_same_ids_and_packs() {
+        let file = |path: &str, bytes: Vec<u8>| NewFile {
+            path: path.into(),
+            executable: false,
+            bytes: Cow::Owned(bytes),
+            id: None,
+        };
+        let large: Vec<u8> = (0..LARGE_BLOB + 10).map(|i| (i % 251) as u8).collect();
+        let files = vec![
+            file("a/large.bin", large.clone()),
+            file("a/small.txt", b"small\n".to_vec()),
+            file("b/same-large.bin", large),
+            file("b/exactly.bin", vec![1; LARGE_BLOB]),
+            file("c.txt", b"c\n".to_vec()),
+        ];
+        let when = git2::Time::new(1_700_000_000, 60);
+        let sig = git2::Signature::new("evolve", "evolve@localhost", &when).unwrap();
+        let packs = |first: &FirstCommit<'_>| {
+            let mut all: Vec<(Vec<u8>, Vec<u8>)> = first
+                .packs
+                .iter()
+                .map(|p| (p.pack.clone(), p.index.clone()))
+                .collect();
+            all.sort();
+            all
+        };
+        let one = prepare_on(&files, "gen 0", &sig, 1).unwrap();
+        let two = prepare_on(&files, "gen 0", &sig, 2).unwrap();
+        assert_eq!((one.tree, one.commit), (two.tree, two.commit));
+        assert_eq!(one.top, two.top);
+        assert_eq!(packs(&one), packs(&two));
+        assert_eq!(two.packs.len(), 2, "the large blobs in a pack of their own");
+    }
 
     #[test]
     fn stored_zlib_streams_have_the_framing_rfc_1950_and_1951_give() {
