@@ -3,7 +3,8 @@
 
 use evolve::sandbox::types::{ConfigViolation, Stage};
 use evolve::sandbox::{
-    Capabilities, Grants, Limits, LoadedOperator, Sandbox, SandboxConfig, StageInput, StageOutput,
+    CallReport, Capabilities, Grants, Limits, LoadedOperator, Sandbox, SandboxConfig, StageInput,
+    StageOutput,
 };
 use serde_json::{Value, json};
 use std::path::Path;
@@ -33,6 +34,11 @@ async fn normalize(
             StageInput::NormalizeConfig(raw.into()),
         )
         .await;
+    normalized(report)
+}
+
+/// A normalize-config call's configuration, or its violations as (path, message).
+fn normalized(report: CallReport) -> Result<Value, Vec<(String, String)>> {
     match report
         .outcome
         .expect("normalize-config does not fail as a call")
@@ -148,17 +154,7 @@ async fn a_bare_call_never_sees_what_an_earlier_one_left_in_scratch() {
                 )
                 .await
                 .unwrap();
-            match report
-                .outcome
-                .expect("normalize-config does not fail as a call")
-            {
-                StageOutput::NormalizedConfig(Ok(map)) => Ok(Value::Object(map)),
-                StageOutput::NormalizedConfig(Err(v)) => Err(v
-                    .into_iter()
-                    .map(|ConfigViolation { path, message }| (path, message))
-                    .collect::<Vec<_>>()),
-                other => panic!("unexpected output {other:?}"),
-            }
+            normalized(report)
         }
     };
     let plain = r#"{"mode": "strict"}"#;
