@@ -1,5 +1,6 @@
-//! Scratch directories for bare calls ([`Sandbox::call_bare`](super::Sandbox::call_bare)):
-//! `describe` and `normalize-config`, which are given nothing but `/scratch`.
+//! Scratch directories for bare calls ([`Sandbox::call_bare`](super::Sandbox::call_bare)),
+//! which are given nothing but `/scratch` and see no candidate: `describe`,
+//! `normalize-config`, and the recipe check's run of a script operator on sample input.
 //!
 //! Each call gets an empty directory that no other call can have changed. A directory a
 //! call left exactly as it found it is kept for the next bare call: still empty, and
@@ -120,17 +121,14 @@ impl BareScratch {
             && std::fs::read_dir(path).is_ok_and(|mut entries| entries.next().is_none());
         // Listing it may have set its access time (relatime): the state to compare with
         // next time is the one after that.
-        match DirState::of(path) {
-            Some(now) if untouched => {
-                let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-                kept.push((path.to_path_buf(), now));
-            }
-            // Never following a link the operator left.
-            _ => {
-                if std::fs::remove_dir(path).is_err() {
-                    let _ = std::fs::remove_dir_all(path);
-                }
-            }
+        if untouched && let Some(now) = DirState::of(path) {
+            let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+            kept.push((path.to_path_buf(), now));
+            return;
+        }
+        // Never following a link the operator left.
+        if std::fs::remove_dir(path).is_err() {
+            let _ = std::fs::remove_dir_all(path);
         }
     }
 }
