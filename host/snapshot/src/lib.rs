@@ -523,6 +523,19 @@ impl Store {
         tree::unified_diff(&self.repo, from_tree, to_tree, keep, max_bytes)
     }
 
+    /// Added and removed lines per changed file from `from_tree` to
+    /// `to_tree`, for the paths `keep` accepts, keyed by [`Change::path`]
+    /// (a binary file counts 0 and 0). Counted by libgit2 per file, never
+    /// read back from the patch text: see `tree::line_counts`.
+    pub fn line_counts(
+        &self,
+        from_tree: Oid,
+        to_tree: Oid,
+        keep: &dyn Fn(&str) -> bool,
+    ) -> Result<std::collections::BTreeMap<String, (usize, usize)>, Error> {
+        tree::line_counts(&self.repo, from_tree, to_tree, keep)
+    }
+
     /// Move every loose object into one new pack (fsynced before the loose
     /// copies are deleted); returns how many were packed. Reading a pack
     /// costs no system call per object, so checkouts get several times

@@ -1,9 +1,11 @@
 //! Tree objects: serialization (we write trees ourselves rather than through
 //! `TreeBuilder`, whose strict mode looks every entry up in the object
 //! database), entry kinds, the leaf diff shared by `snapshot` and `diff` (so
-//! both report identical change lists), and the unified diff text.
+//! both report identical change lists), the unified diff text and its line
+//! counts.
 
 use std::cmp::Ordering;
+use std::collections::BTreeMap;
 use std::io::Write as _;
 
 use git2::{DiffOptions, Oid, Repository, Tree, TreeEntry};
@@ -203,6 +205,30 @@ pub(crate) fn sort_changes(changes: &mut [Change]) {
 }
 
 /// Patch text for the deltas `keep` accepts, cut to `max_bytes`.
+/// libgit2's diff of two trees, as both the patch text and the line counts
+/// see it.
+fn tree_diff(repo: &Repository, from_tree: Oid, to_tree: Oid) -> Result<git2::Diff<'_>, Error> {
+    let from = find_tree(repo, from_tree, "")?;
+    let to = find_tree(repo, to_tree, "")?;
+    let mut opts = DiffOptions::new();
+    // Files above this are reported as binary: bounds the work for huge
+    // blobs whose patch could never fit a feedback budget anyway.
+    opts.include_typechange(true).max_size(8 << 20);
+    repo.diff_tree_to_tree(Some(&from), Some(&to), Some(&mut opts))
+        .map_err(git(format!("diffing tree {from_tree} to {to_tree}")))
+}
+
+/// The path a delta is reported under (lossy UTF-8, '/'-separated, as
+/// [`Change::path`] spells it).
+fn delta_path(delta: &git2::DiffDelta<'_>) -> String {
+    delta
+        .new_file()
+        .path()
+        .or(delta.old_file().path())
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
 pub(crate) fn unified_diff(
     repo: &Repository,
     from_tree: Oid,
@@ -210,24 +236,11 @@ pub(crate) fn unified_diff(
     keep: &dyn Fn(&str) -> bool,
     max_bytes: usize,
 ) -> Result<String, Error> {
-    let from = find_tree(repo, from_tree, "")?;
-    let to = find_tree(repo, to_tree, "")?;
-    let mut opts = DiffOptions::new();
-    // Files above this are reported as binary: bounds the work for huge
-    // blobs whose patch could never fit a feedback budget anyway.
-    opts.include_typechange(true).max_size(8 << 20);
-    let diff = repo
-        .diff_tree_to_tree(Some(&from), Some(&to), Some(&mut opts))
-        .map_err(git(format!("diffing tree {from_tree} to {to_tree}")))?;
+    let diff = tree_diff(repo, from_tree, to_tree)?;
     let mut text = String::new();
     let mut cut = false;
     for (idx, delta) in diff.deltas().enumerate() {
-        let path = delta
-            .new_file()
-            .path()
-            .or(delta.old_file().path())
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let path = delta_path(&delta);
         if !keep(&path) {
             continue;
         }
@@ -251,6 +264,39 @@ pub(crate) fn unified_diff(
         truncate_with_marker(&mut text, max_bytes);
     }
     Ok(text)
+}
+
+/// Added and removed lines per changed file, for the paths `keep` accepts,
+/// counted by libgit2 from each file's own patch (so, unlike counting `+` and
+/// `-` lines in the patch text, neither an odd file name in a header nor a
+/// content line that starts with `++` or `--`, nor a patch cut short, can
+/// change them). A binary file counts 0 and 0.
+pub(crate) fn line_counts(
+    repo: &Repository,
+    from_tree: Oid,
+    to_tree: Oid,
+    keep: &dyn Fn(&str) -> bool,
+) -> Result<BTreeMap<String, (usize, usize)>, Error> {
+    let diff = tree_diff(repo, from_tree, to_tree)?;
+    let mut out = BTreeMap::new();
+    for (idx, delta) in diff.deltas().enumerate() {
+        let path = delta_path(&delta);
+        if !keep(&path) {
+            continue;
+        }
+        let Some(patch) = git2::Patch::from_diff(&diff, idx)
+            .map_err(git(format!("building the patch for {path}")))?
+        else {
+            continue;
+        };
+        let (_, added, removed) = patch
+            .line_stats()
+            .map_err(git(format!("counting the lines of {path}")))?;
+        let entry = out.entry(path).or_insert((0, 0));
+        entry.0 += added;
+        entry.1 += removed;
+    }
+    Ok(out)
 }
 
 /// Cut `text` to at most `max_bytes` (on a char boundary), ending it with a

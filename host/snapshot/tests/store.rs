@@ -138,6 +138,50 @@ fn change_list_is_exact_and_matches_diff() {
     assert!(cut.len() <= 60 && cut.ends_with("]\n"), "{cut:?}");
 }
 
+/// Line counts come from libgit2 per file, keyed by the change list's own paths, so names
+/// git has to quote in a patch header (a space, a quote, a newline, a carriage return, a
+/// bidi override) and content lines that start with `++` or `--` are counted right.
+#[test]
+fn line_counts_are_exact_for_odd_names_and_odd_lines() {
+    let ws = tempfile::tempdir().unwrap();
+    let (store, c0) = seeded_store(ws.path());
+    let child = ws.path().join("runs/worktrees/gen-1");
+    store.materialize(c0, &child).unwrap();
+    let d = child.as_path();
+    let odd = "target/a b \"q\"\nmodified evaluator/x\r\u{202E}fdp.exe";
+    write(d, odd, "one\n++ two\n-- three\n");
+    write(d, "target/agent.py", "-- replaced\n++ added\nmore\n");
+    let s = snap(&store, d, Some(c0));
+    let c1 = store.commit(s.tree, Some(c0), "gen 1", false).unwrap();
+    let (t0, t1) = (store.tree_of(c0).unwrap(), store.tree_of(c1).unwrap());
+    let counts = store
+        .line_counts(t0, t1, &|p| p.starts_with("target/"))
+        .unwrap();
+    let paths: Vec<String> = store
+        .diff(c0, c1)
+        .unwrap()
+        .into_iter()
+        .map(|c| c.path)
+        .collect();
+    assert!(
+        paths.iter().all(|p| counts.contains_key(p)),
+        "{paths:?} vs {counts:?}"
+    );
+    assert_eq!(counts[odd], (3, 0));
+    // agent.py had one line; it now has three.
+    assert_eq!(counts["target/agent.py"], (3, 1));
+    assert!(
+        !counts.contains_key("recipe.yaml"),
+        "only what `keep` accepts"
+    );
+    // The patch text, which the old count was read from, quotes the odd name.
+    let text = store.unified_diff(t0, t1, &|_| true, 1 << 20).unwrap();
+    assert!(
+        text.contains("diff --git \"a/target/a b \\\"q\\\"\\n"),
+        "{text}"
+    );
+}
+
 #[test]
 fn tags_are_lightweight_unique_and_listed() {
     let ws = tempfile::tempdir().unwrap();
