@@ -204,7 +204,6 @@ pub(crate) fn sort_changes(changes: &mut [Change]) {
     changes.sort_by(|a, b| a.path.cmp(&b.path).then(rank(a.kind).cmp(&rank(b.kind))));
 }
 
-/// Patch text for the deltas `keep` accepts, cut to `max_bytes`.
 /// libgit2's diff of two trees, as both the patch text and the line counts
 /// see it.
 fn tree_diff(repo: &Repository, from_tree: Oid, to_tree: Oid) -> Result<git2::Diff<'_>, Error> {
@@ -229,6 +228,7 @@ fn delta_path(delta: &git2::DiffDelta<'_>) -> String {
         .unwrap_or_default()
 }
 
+/// Patch text for the deltas `keep` accepts, cut to `max_bytes`.
 pub(crate) fn unified_diff(
     repo: &Repository,
     from_tree: Oid,
