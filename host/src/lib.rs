@@ -1,11 +1,13 @@
 //! evolve: a WebAssembly-sandboxed framework for agent-evolution research.
 //!
 //! Operators are WebAssembly components run by [`sandbox`]; the library operators are
-//! embedded in the binary ([`builtin`]).
+//! embedded in the binary ([`builtin`]). Text the evolved code chose is printed on a
+//! terminal only through [`display`].
 
 pub mod bench;
 pub mod builtin;
 pub mod cli;
+pub mod display;
 pub mod lifecycle;
 pub mod model;
 pub mod recipe;
