@@ -45,6 +45,10 @@ pub enum TasksCommand {
         /// Where trial logs go (default: a new directory under the system temp dir).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Run --engine local trials directly on the host, without the bubblewrap sandbox
+        /// (the agent then sees the host); recorded in each trial's isolation.
+        #[arg(long)]
+        unconfined: bool,
         /// Extra `harbor run` arguments for --engine harbor (repeatable), e.g. `--harbor-arg=--env=daytona`.
         #[arg(long = "harbor-arg", allow_hyphen_values = true)]
         harbor_args: Vec<String>,
@@ -108,6 +112,7 @@ impl TasksCommand {
                 n_concurrent,
                 coverage_floor,
                 out,
+                unconfined,
                 harbor_args,
                 json,
             } => {
@@ -164,7 +169,10 @@ impl TasksCommand {
                 };
                 let result = rt.block_on(async move {
                     let engine: Arc<dyn Engine> = match engine {
-                        EngineKind::Local => Arc::new(crate::engine::local::LocalEngine::default()),
+                        EngineKind::Local => Arc::new(crate::engine::local::LocalEngine {
+                            unconfined,
+                            ..Default::default()
+                        }),
                         EngineKind::Docker => {
                             match crate::engine::docker::DockerEngine::connect().await {
                                 Ok(d) => Arc::new(d),

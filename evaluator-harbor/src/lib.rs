@@ -6,6 +6,7 @@
 //! [`engine::Engine`]. See docs/evaluation.md.
 
 pub mod agent;
+pub mod beneath;
 pub mod cli;
 pub mod digest;
 pub mod engine;

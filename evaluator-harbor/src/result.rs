@@ -65,9 +65,15 @@ pub struct Isolation {
     pub network: String,
     /// How stray processes are contained: `pid_namespace`, `process_group+proc_scan`, `container`.
     pub processes: String,
-    /// How the agent is kept away from tests/ and solution/: `mount_namespace` (task sources
-    /// hidden under tmpfs), `staging` (only staged later), `container`, `wasi_preopens`.
+    /// What the agent's file system is: `bubblewrap` (a fresh root of read-only system
+    /// directories and the trial's own), `wasi_preopens`, `container`, or `unconfined` (the
+    /// host's, on the user's explicit opt-in).
     pub filesystem: String,
+    /// Who the agent runs as: `dedicated_uid:<n>` (evolve runs as root; a uid of the trial's
+    /// own), `user_namespace` (the invoking user, in a user namespace), `container`, or
+    /// `host` (unconfined).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub user: String,
 }
 
 /// Paths of a trial's logs and outputs on the host.
@@ -137,7 +143,8 @@ impl TrialResult {
 /// The cost an agent reported in `<agent logs>/cost.json` (`{"cost_usd": x}`), if it wrote
 /// a finite, non-negative one.
 pub fn read_agent_cost(agent_logs: &Path) -> Option<f64> {
-    let bytes = std::fs::read(agent_logs.join("cost.json")).ok()?;
+    // The agent wrote this directory: never follow a link it planted.
+    let bytes = crate::beneath::read_regular(agent_logs, "cost.json", 1 << 20)?;
     let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
     v.get("cost_usd")?
         .as_f64()

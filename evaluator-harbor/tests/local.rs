@@ -136,7 +136,7 @@ touch "$EVOLVE_APP_DIR/probed"
     assert!(app.join("probed").exists());
     let leaks = std::fs::read_to_string(app.join("leaks")).unwrap_or_default();
     assert!(leaks.is_empty(), "agent read protected files: {leaks}");
-    assert_eq!(t.isolation.as_ref().unwrap().filesystem, "mount_namespace");
+    assert_eq!(t.isolation.as_ref().unwrap().filesystem, "bubblewrap");
 }
 
 #[tokio::test]
@@ -447,7 +447,18 @@ async fn invalid_agent_is_candidate_invalid() {
         AgentManifest::load(&d).unwrap_err().kind,
         evaluator_harbor::ErrorKind::InvalidAgent
     );
+    // A shipped program that is missing is refused when the manifest loads.
     std::fs::write(d.join("agent.toml"), "command = [\"./does-not-exist\"]\n").unwrap();
+    assert_eq!(
+        AgentManifest::load(&d).unwrap_err().kind,
+        evaluator_harbor::ErrorKind::InvalidAgent
+    );
+    // A program looked up on PATH is checked when the trial starts.
+    std::fs::write(
+        d.join("agent.toml"),
+        "command = [\"no-such-program-anywhere\"]\n",
+    )
+    .unwrap();
     let agent = AgentSpec::Target(AgentManifest::load(&d).unwrap());
     let r = run_dir(
         local(),
@@ -464,4 +475,193 @@ async fn invalid_agent_is_candidate_invalid() {
         r.trials[0]
     );
     assert_eq!(r.outcome, TrialStatus::CandidateInvalid);
+}
+
+/// A command agent that tries every way out of its trial we know of. Each attempt must fail,
+/// and the trial must still be scored: the verifier pays 1 for having run the whole probe.
+#[tokio::test]
+async fn a_hostile_command_agent_reaches_nothing_outside_its_trial() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tok = token();
+    // Stand-ins for what the host holds: a key directory, a workspace with an archive and
+    // another generation's checkout, a task set, and a loopback listener.
+    let keys = tmp.path().join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    std::fs::write(keys.join("exp.key"), format!("KEY-CANARY-{tok}")).unwrap();
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(ws.join(".evolve")).unwrap();
+    std::fs::create_dir_all(ws.join("runs/gen-3/checkout")).unwrap();
+    std::fs::write(ws.join(".evolve/archive.jsonl"), "{\"seq\":0}\n").unwrap();
+    std::fs::write(ws.join("runs/gen-3/checkout/x"), format!("OTHER-GEN-{tok}")).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let home_keys = dirs_home().join(".local/share/evolve/keys");
+    let tasks = tmp.path().join("tasks");
+    for name in ["probe", "neighbour"] {
+        write_task(
+            &tasks,
+            name,
+            "[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 20\n",
+            None,
+            Some(&format!(
+                "#!/bin/bash\n# TESTS-{name}-{tok}\nsleep 1\n[ -e /app/probed ] && echo 1 > /logs/verifier/reward.txt\n"
+            )),
+        );
+    }
+    let (keys_s, ws_s, tasks_s, home_keys_s) = (
+        keys.display().to_string(),
+        ws.display().to_string(),
+        tasks.display().to_string(),
+        home_keys.display().to_string(),
+    );
+    let me = std::process::id();
+    let script = format!(
+        r#"#!/bin/bash
+leak() {{ echo "$1" >> /app/leaks; }}
+# the key directory, ours and the real one
+cat {keys_s}/exp.key 2>/dev/null && leak "read the key"
+ls {home_keys_s} 2>/dev/null && leak "listed the real key directory"
+ls /root 2>/dev/null | grep -q . && leak "listed /root"
+ls /home 2>/dev/null | grep -q . && leak "listed /home"
+# the workspace
+ls {ws_s} 2>/dev/null && leak "listed the workspace"
+cat {ws_s}/.evolve/archive.jsonl 2>/dev/null && leak "read the archive"
+echo forged >> {ws_s}/.evolve/archive.jsonl 2>/dev/null && leak "wrote the archive"
+cat {ws_s}/runs/gen-3/checkout/x 2>/dev/null && leak "read another generation"
+# the task set, and the tests of the trial running beside this one
+grep -rl "TESTS-" {tasks_s} 2>/dev/null && leak "read the task set"
+grep -rl "TESTS-neighbour-{tok}" / --exclude-dir=proc --exclude-dir=sys --exclude-dir=usr --exclude-dir=dev 2>/dev/null && leak "read a neighbour's tests"
+# the Docker socket, host processes
+[ -e /var/run/docker.sock ] && leak "sees the docker socket"
+[ -e /run/docker.sock ] && leak "sees the docker socket"
+[ -e /proc/{me} ] && leak "sees the host test process"
+ls /proc | grep -qx 1 || leak "expected a pid namespace of its own"
+# writes outside /app and /logs/agent
+for p in /x /usr/x /etc/x /logs/x /logs/verifier/reward.txt /agent/x /proc/x; do
+  ( echo 1 > "$p" ) 2>/dev/null && leak "wrote $p"
+done
+# privileges
+[ "$(id -u)" = 0 ] && leak "runs as uid 0"
+grep -q '^CapEff:[[:space:]]*0*$' /proc/self/status || leak "has capabilities"
+grep -q '^NoNewPrivs:[[:space:]]*1' /proc/self/status || leak "no_new_privs is off"
+mount -t tmpfs x /tmp 2>/dev/null && leak "mounted a file system"
+su -c true 2>/dev/null && leak "su worked"
+grep -q shadow /etc/passwd && leak "odd passwd"
+[ -e /etc/shadow ] && leak "sees /etc/shadow"
+# a loopback listener of the host
+( exec 3<>/dev/tcp/127.0.0.1/{port} ) 2>/dev/null && leak "connected to the host loopback"
+# a planted link the host might write through after the phase
+ln -s {keys_s}/exp.key /logs/agent/exit-code.txt
+ln -s {keys_s}/exp.key /logs/agent/cost.json
+touch /app/probed
+# a bounded fork bomb: the process cap stops it, the trial goes on
+python3 -c '
+import os, time
+n = 0
+for i in range(1500):
+    try:
+        if os.fork() == 0:
+            os.execv("/bin/sleep", ["evolve-bomb-{tok}", "30"])
+        n += 1
+    except OSError:
+        break
+open("/app/forks", "w").write(str(n))
+'
+exit 7
+"#
+    );
+    let agent = agent_dir(tmp.path(), &script);
+    let out = tmp.path().join("out");
+    let r = run_dir(local(), &tasks, agent, &out, 2).await;
+    for t in &r.trials {
+        assert_eq!(t.status, TrialStatus::BenchmarkComplete, "{t:#?}");
+        assert_eq!(t.reward, Some(1.0), "{t:#?}");
+        let app = t.logs.trial_dir.join("root/app");
+        let leaks = std::fs::read_to_string(app.join("leaks")).unwrap_or_default();
+        assert!(leaks.is_empty(), "{}: {leaks}", t.task);
+        let iso = t.isolation.as_ref().unwrap();
+        assert_eq!(iso.filesystem, "bubblewrap");
+        assert_eq!(iso.processes, "pid_namespace");
+        assert_eq!(iso.network, "namespace");
+        assert_ne!(iso.user, "host");
+        let forks: u64 = std::fs::read_to_string(app.join("forks"))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            forks > 10 && forks < 1500,
+            "{forks} forks: the process cap did not hold"
+        );
+    }
+    // The planted links were replaced, not written through; the key is as it was.
+    assert_eq!(
+        std::fs::read_to_string(keys.join("exp.key")).unwrap(),
+        format!("KEY-CANARY-{tok}")
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join(".evolve/archive.jsonl")).unwrap(),
+        "{\"seq\":0}\n"
+    );
+    assert!(listener.accept().is_err(), "the agent reached the listener");
+    let left = procs_with_cmdline(&format!("evolve-bomb-{tok}"));
+    assert!(
+        left.is_empty(),
+        "the fork bomb outlived its trial: {left:?}"
+    );
+}
+
+/// A trial over its storage cap is killed and classified, and nothing over the cap is kept.
+#[tokio::test]
+async fn an_agent_that_fills_the_disk_is_stopped_at_its_storage_cap() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tasks = tmp.path().join("tasks");
+    write_task(
+        &tasks,
+        "fill",
+        "[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 20\n[environment]\nstorage_mb = 8\n",
+        None,
+        Some("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n"),
+    );
+    // Many files of 1 MiB each: no single one trips the file-size limit, the sum does.
+    let script = "#!/bin/bash\nfor i in $(seq 200); do head -c 1048576 /dev/zero > /app/f$i; done\nsleep 30\n";
+    let agent = agent_dir(tmp.path(), script);
+    let r = run_dir(local(), &tasks, agent, &tmp.path().join("out"), 1).await;
+    let t = &r.trials[0];
+    assert_eq!(t.status, TrialStatus::CandidateInvalid, "{t:#?}");
+    assert_eq!(t.error.as_ref().unwrap().kind, "quota_exceeded", "{t:#?}");
+    assert!(t.wall_time_sec < 20.0, "{t:#?}");
+    let kept = std::fs::read_dir(t.logs.trial_dir.join("root/app"))
+        .unwrap()
+        .count();
+    assert_eq!(kept, 0, "files over the quota were kept");
+}
+
+/// The agent writes `/app/answer.txt` as an instruction says, at Harbor's own path.
+#[tokio::test]
+async fn agents_see_the_paths_harbor_promises() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tasks = tmp.path().join("tasks");
+    // A name a shell would misread if it were substituted into a script unquoted.
+    write_task(
+        &tasks,
+        "odd \"name\" <x> $y",
+        "[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 20\n",
+        None,
+        Some(
+            "#!/bin/bash\n[ \"$(cat /app/answer.txt)\" = 42 ] && [ -f /logs/agent/agent.txt ] && echo 1 > /logs/verifier/reward.txt\n",
+        ),
+    );
+    let script = "#!/bin/bash\necho 42 > /app/answer.txt\n[ \"$PWD\" = /app ] || echo wrong-cwd > /app/answer.txt\n";
+    let agent = agent_dir(tmp.path(), script);
+    let r = run_dir(local(), &tasks, agent, &tmp.path().join("out"), 1).await;
+    let t = &r.trials[0];
+    assert_eq!(t.status, TrialStatus::BenchmarkComplete, "{t:#?}");
+    assert_eq!(t.reward, Some(1.0), "{t:#?}");
+}
+
+fn dirs_home() -> std::path::PathBuf {
+    std::env::var_os("HOME")
+        .map(Into::into)
+        .unwrap_or_else(|| "/root".into())
 }

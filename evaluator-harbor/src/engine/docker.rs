@@ -28,7 +28,7 @@ use futures_util::StreamExt;
 
 use super::local::{finish_with_reward, resolve_template};
 use super::{BoxFuture, Engine, TrialRequest, classify_error, failed_trial};
-use crate::agent::{AgentEntry, AgentSpec};
+use crate::agent::{AgentEntry, AgentSpec, Program};
 use crate::error::{Error, ErrorKind, Result};
 use crate::result::{Isolation, TimeoutOwner, TrialError, TrialLogs, TrialResult, TrialStatus};
 
@@ -421,6 +421,7 @@ impl DockerEngine {
                 },
                 processes: "container".into(),
                 filesystem: "container".into(),
+                user: "container".into(),
             }),
         };
         // Wait until the container answers, then prepare /logs.
@@ -478,10 +479,10 @@ impl DockerEngine {
                         .iter()
                         .enumerate()
                         .map(|(i, a)| {
-                            let a = if i == 0 {
-                                a.strip_prefix(&*m.dir.to_string_lossy())
-                                    .map(|r| format!("/installed-agent{r}"))
-                                    .unwrap_or(a.clone())
+                            let a = if i == 0
+                                && let Some(Program::Shipped(rel)) = m.entry.program()
+                            {
+                                format!("/installed-agent/{rel}")
                             } else {
                                 a.clone()
                             };
@@ -504,7 +505,7 @@ impl DockerEngine {
                         env,
                     )
                 }
-                AgentEntry::Component(_) => {
+                AgentEntry::Component { .. } => {
                     return Err(Error::new(
                         ErrorKind::Unsupported,
                         "WASI component agents run on the local engine only",

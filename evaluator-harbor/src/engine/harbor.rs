@@ -193,6 +193,7 @@ pub fn parse_trial_result(path: &Path, task: &str, repetition: u32) -> Result<Tr
         network: "harbor".into(),
         processes: "harbor".into(),
         filesystem: "harbor".into(),
+        user: "harbor".into(),
     });
     if let Ok(code) = std::fs::read_to_string(r.logs.agent_dir.join("exit-code.txt")) {
         r.agent_exit_code = code.trim().parse().ok();

@@ -1,24 +1,31 @@
-//! The embedded `local` engine: no Docker; per-trial folders stand in for the container paths.
+//! The embedded `local` engine: no Docker; each trial phase runs in a bubblewrap jail
+//! ([`super::contain`]) that shows the task's files at the paths Harbor promises.
 //!
-//! Trial layout (`<trial>/root/` is the "container"):
-//! `root/app` (= `/app` and `[environment].workdir`), `root/logs/{agent,verifier,artifacts}`,
-//! `root/tests` (verifier phase only), `root/solution` (oracle agent only), `root/tmp`,
-//! `root/home`. Scripts and environment values are rewritten from the virtual paths to these.
+//! Trial layout on the host (`<trial>/root/` holds what the jail binds):
+//! `root/app` (bound at `/app` and at `[environment].workdir`), `root/logs/{agent,verifier,artifacts}`,
+//! `root/tests` (bound at `/tests`, verifier phase only), `root/solution` (`/solution`, oracle
+//! only), `root/tmp` (`/tmp`); `sandbox-etc/` holds the jail's generated `/etc` files. A
+//! command agent's own directory (the candidate's `target/`) is bound read-only at `/agent`.
 //!
-//! Phases: agent (oracle: `bash solution/solve.sh` → `logs/agent/oracle.txt`; command agents →
+//! Phases: agent (oracle: `bash /solution/solve.sh` → `logs/agent/oracle.txt`; command agents →
 //! `logs/agent/agent.txt`; WASI components → [`super::wasi`]), then the verifier
-//! (`bash tests/test.sh` → `logs/verifier/test-stdout.txt`), then the reward files are parsed.
-//! An agent timeout ends the trial (status `timeout`, owner agent; the verifier is skipped).
+//! (`bash /tests/test.sh` → `logs/verifier/test-stdout.txt`), then the reward files are parsed.
+//! An agent timeout ends the trial (status `timeout`, owner agent; the verifier is skipped);
+//! so does an agent over its storage cap (`quota_exceeded`, nothing over the cap is kept).
+//!
+//! Only on an explicit opt-in ([`LocalEngine::unconfined`]) does a trial run on the host, with
+//! the virtual paths rewritten to the trial's folders in scripts and environment values.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use super::process::{PhaseSpec, SandboxLevel, run_phase, sandbox_level};
+use super::contain::{self, Bind, Bubblewrap, Jail, Limits, SandboxUser, bubblewrap, unavailable};
+use super::process::{Confinement, DiskQuota, PhaseOutcome, PhaseSpec, run_phase};
 use super::rewrite::{PathMap, copy_rewritten};
 use super::{BoxFuture, Engine, TrialRequest, classify_error, failed_trial};
-use crate::agent::{AgentEntry, AgentSpec};
+use crate::agent::{AgentEntry, AgentSpec, Program};
 use crate::error::{Error, ErrorKind};
 use crate::result::{
     Isolation, TimeoutOwner, TrialError, TrialLogs, TrialResult, TrialStatus, parse_reward_dir,
@@ -36,6 +43,10 @@ pub struct LocalEngine {
     pub output_cap: u64,
     /// Deny the network even to tasks that allow it.
     pub always_deny_network: bool,
+    /// Run every phase directly on the host, without a sandbox: only on the user's explicit
+    /// opt-in (the recipe's `evaluator.unconfined_trials`, `--unconfined`), and recorded in
+    /// each trial's isolation and in the workspace's runtime fingerprint.
+    pub unconfined: bool,
 }
 
 impl Default for LocalEngine {
@@ -43,6 +54,7 @@ impl Default for LocalEngine {
         LocalEngine {
             output_cap: DEFAULT_OUTPUT_CAP,
             always_deny_network: false,
+            unconfined: false,
         }
     }
 }
@@ -192,10 +204,13 @@ struct Layout {
     logs: PathBuf,
     agent_logs: PathBuf,
     verifier_logs: PathBuf,
+    artifacts: PathBuf,
     tests: PathBuf,
     solution: PathBuf,
     tmp: PathBuf,
     home: PathBuf,
+    /// The generated `/etc` files of a jail (never writable inside it).
+    etc: PathBuf,
 }
 
 impl Layout {
@@ -206,10 +221,12 @@ impl Layout {
             logs: root.join("logs"),
             agent_logs: root.join("logs/agent"),
             verifier_logs: root.join("logs/verifier"),
+            artifacts: root.join("logs/artifacts"),
             tests: root.join("tests"),
             solution: root.join("solution"),
             tmp: root.join("tmp"),
             home: root.join("home"),
+            etc: trial_dir.join("sandbox-etc"),
             root,
         }
     }
@@ -218,7 +235,7 @@ impl Layout {
             &self.app,
             &self.agent_logs,
             &self.verifier_logs,
-            &self.logs.join("artifacts"),
+            &self.artifacts,
             &self.tmp,
             &self.home,
         ] {
@@ -226,13 +243,14 @@ impl Layout {
         }
         Ok(())
     }
+    /// The virtual → host map of an unconfined trial, whose scripts see host paths.
     fn path_map(&self, workdir: Option<&str>) -> PathMap {
         let mut pairs = vec![
             ("/app".to_string(), self.app.clone()),
             ("/logs".to_string(), self.logs.clone()),
             ("/logs/agent".to_string(), self.agent_logs.clone()),
             ("/logs/verifier".to_string(), self.verifier_logs.clone()),
-            ("/logs/artifacts".to_string(), self.logs.join("artifacts")),
+            ("/logs/artifacts".to_string(), self.artifacts.clone()),
             ("/tests".to_string(), self.tests.clone()),
             ("/solution".to_string(), self.solution.clone()),
         ];
@@ -246,13 +264,73 @@ impl Layout {
     }
 }
 
-fn base_env(l: &Layout) -> Vec<(String, String)> {
+/// Paths an unconfined trial's host directories may use: they are substituted into task
+/// scripts as they are, so a quote, `<`, `$`, a space or a newline would change the script.
+fn substitutable(p: &Path) -> bool {
+    p.to_str().is_some_and(|s| {
+        s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+,@%:=".contains(&b))
+    })
+}
+
+/// Where a task's files appear in a contained phase. The paths are Harbor's own, so no
+/// script is rewritten: `/app/answer.txt` in an instruction is `/app/answer.txt` on disk.
+fn workdir_of(workdir: Option<&str>, task: &str) -> Result<String, Error> {
+    let w = workdir.unwrap_or("/app").trim_end_matches('/');
+    let reserved = [
+        "/usr",
+        "/bin",
+        "/sbin",
+        "/lib",
+        "/lib32",
+        "/lib64",
+        "/libx32",
+        "/etc",
+        "/proc",
+        "/dev",
+        "/tmp",
+        "/logs",
+        "/tests",
+        "/solution",
+        "/agent",
+    ];
+    let ok = w.starts_with('/')
+        && !w.is_empty()
+        && Path::new(w).components().all(|c| {
+            matches!(
+                c,
+                std::path::Component::RootDir | std::path::Component::Normal(_)
+            )
+        })
+        && !reserved
+            .iter()
+            .any(|r| w == *r || w.starts_with(&format!("{r}/")));
+    if ok {
+        Ok(w.to_string())
+    } else {
+        Err(Error::invalid_task(format!(
+            "task {task:?}: [environment].workdir {w:?} must be an absolute path outside the system and trial directories (e.g. /app)"
+        )))
+    }
+}
+
+/// The environment every phase starts from.
+fn base_env(l: &Layout, contained: bool, workdir: &str) -> Vec<(String, String)> {
     let s = |p: &Path| p.to_string_lossy().into_owned();
+    let path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string();
+    if contained {
+        return vec![
+            ("PATH".into(), path),
+            ("HOME".into(), "/tmp".into()),
+            ("USER".into(), "agent".into()),
+            ("LANG".into(), "C.UTF-8".into()),
+            ("TMPDIR".into(), "/tmp".into()),
+            ("HARBOR_WORKDIR".into(), workdir.into()),
+            ("HARBOR_LOGS_DIR".into(), "/logs".into()),
+        ];
+    }
     vec![
-        (
-            "PATH".into(),
-            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
-        ),
+        ("PATH".into(), path),
         ("HOME".into(), s(&l.home)),
         ("LANG".into(), "C.UTF-8".into()),
         ("TMPDIR".into(), s(&l.tmp)),
@@ -280,26 +358,211 @@ fn resolve_env(
     Ok(out)
 }
 
+/// Write `name` in a directory evolved code could write to, never through a link it
+/// planted there: the old name is unlinked (which never follows a link) and the file is
+/// created anew with `O_EXCL` (which refuses one).
+pub fn write_new(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let p = dir.join(name);
+    match std::fs::remove_file(&p) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&p)?
+        .write_all(bytes)
+}
+
+/// Remove everything under `dir` (never following a link), keeping `dir` itself.
+fn empty_dir(dir: &Path) {
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for ent in rd.flatten() {
+            let p = ent.path();
+            match ent.file_type() {
+                Ok(t) if t.is_dir() => {
+                    let _ = std::fs::remove_dir_all(&p);
+                }
+                _ => {
+                    let _ = std::fs::remove_file(&p);
+                }
+            }
+        }
+    }
+}
+
+/// Default `memory_mb` of a command agent when the task sets none (Harbor's documented
+/// default).
+pub const DEFAULT_MEMORY_MB: u64 = 2048;
+/// Default `storage_mb` of a trial when the task sets none (Harbor's documented default).
+pub const DEFAULT_STORAGE_MB: u64 = 10240;
+/// Most files and directories a trial may create.
+pub const MAX_TRIAL_FILES: u64 = 100_000;
+/// Most processes one phase may run at once.
+pub const MAX_PHASE_PROCESSES: u64 = 1024;
+
+/// How a trial's phases run: in a jail of their own, or on the host by explicit opt-in.
+enum Mode {
+    Contained {
+        bwrap: &'static Bubblewrap,
+        user: SandboxUser,
+    },
+    Unconfined,
+}
+
+/// The per-trial facts every phase shares.
+struct Trial<'a> {
+    task: &'a Task,
+    l: Layout,
+    mode: Mode,
+    workdir: String,
+    deny_net: bool,
+    marker: String,
+    output_cap: u64,
+}
+
+/// One phase of a trial.
+struct Phase {
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    stdin: Option<Vec<u8>>,
+    timeout: Option<std::time::Duration>,
+    log: PathBuf,
+    binds: Vec<Bind>,
+    /// The directories it may write (counted against the storage cap).
+    writes: Vec<PathBuf>,
+}
+
+impl Trial<'_> {
+    fn contained(&self) -> bool {
+        matches!(self.mode, Mode::Contained { .. })
+    }
+
+    fn storage_bytes(&self) -> u64 {
+        self.task
+            .config
+            .environment
+            .storage_mb
+            .unwrap_or(DEFAULT_STORAGE_MB)
+            .saturating_mul(1 << 20)
+    }
+
+    fn limits(&self, timeout: Option<std::time::Duration>, user: &SandboxUser) -> Limits {
+        let env = &self.task.config.environment;
+        let cpus = env.cpus.unwrap_or(1.0).max(1.0);
+        Limits {
+            memory_bytes: env
+                .memory_mb
+                .unwrap_or(DEFAULT_MEMORY_MB)
+                .saturating_mul(1 << 20),
+            processes: user.process_limit(MAX_PHASE_PROCESSES),
+            file_bytes: self.storage_bytes(),
+            // A backstop behind the wall-clock timeout: no process may burn more CPU than
+            // the phase's time on all of its CPUs.
+            cpu_seconds: timeout.map(|t| (t.as_secs_f64() * cpus).ceil() as u64 + 1),
+        }
+    }
+
+    /// The trial's `/app` bound at `/app` and, when the task names another workdir, there
+    /// too.
+    fn app_binds(&self) -> Vec<Bind> {
+        let mut v = vec![Bind {
+            host: self.l.app.clone(),
+            at: "/app".into(),
+            writable: true,
+        }];
+        if self.workdir != "/app" {
+            v.push(Bind {
+                host: self.l.app.clone(),
+                at: self.workdir.clone(),
+                writable: true,
+            });
+        }
+        v.push(Bind {
+            host: self.l.tmp.clone(),
+            at: "/tmp".into(),
+            writable: true,
+        });
+        v
+    }
+
+    async fn run(&self, p: Phase) -> Result<PhaseOutcome, std::io::Error> {
+        let confinement = match &self.mode {
+            Mode::Contained { bwrap, user } => Confinement::Contained {
+                jail: Box::new(Jail {
+                    binds: p.binds,
+                    workdir: self.workdir.clone(),
+                    network: !self.deny_net,
+                    etc: self.l.etc.clone(),
+                    uid: user.uid,
+                    gid: user.gid,
+                    limits: self.limits(p.timeout, user),
+                }),
+                bwrap,
+            },
+            Mode::Unconfined => Confinement::Unconfined,
+        };
+        let spec = PhaseSpec {
+            argv: p.argv,
+            cwd: self.l.app.clone(),
+            env: p.env,
+            stdin: p.stdin,
+            timeout: p.timeout,
+            log: p.log,
+            log_cap: self.output_cap,
+            confinement,
+            quota: Some(DiskQuota {
+                dirs: p.writes,
+                bytes: self.storage_bytes(),
+                files: MAX_TRIAL_FILES,
+            }),
+            marker: self.marker.clone(),
+        };
+        run_phase(&spec).await
+    }
+
+    /// A path of the phase as its program sees it: Harbor's own path in a jail, the
+    /// trial's host folder when unconfined.
+    fn seen(&self, virtual_path: &str, host: &Path) -> String {
+        if self.contained() {
+            virtual_path.to_string()
+        } else {
+            host.to_string_lossy().into_owned()
+        }
+    }
+}
+
 impl LocalEngine {
-    fn isolation(&self, deny_net: bool, filesystem: &str) -> Isolation {
-        let level = sandbox_level();
-        Isolation {
-            network: match (deny_net, level) {
-                (false, _) => "host".into(),
-                (true, SandboxLevel::None) => "none".into(),
-                (true, _) => "namespace".into(),
+    fn isolation(&self, mode: &Mode, deny_net: bool, filesystem: &str) -> Isolation {
+        match mode {
+            Mode::Contained { user, bwrap } => Isolation {
+                network: if deny_net { "namespace" } else { "host" }.into(),
+                processes: "pid_namespace".into(),
+                filesystem: filesystem.into(),
+                user: if bwrap.privileged() {
+                    format!("dedicated_uid:{}", user.uid)
+                } else {
+                    "user_namespace".into()
+                },
             },
-            processes: if level == SandboxLevel::None {
-                "process_group+proc_scan".into()
-            } else {
-                "pid_namespace".into()
-            },
-            filesystem: if level == SandboxLevel::None {
-                "staging".into()
-            } else {
-                filesystem.into()
+            Mode::Unconfined => Isolation {
+                network: "host".into(),
+                processes: "process_group+proc_scan".into(),
+                filesystem: "unconfined".into(),
+                user: "host".into(),
             },
         }
+    }
+
+    fn mode(&self) -> Result<Mode, Error> {
+        if self.unconfined {
+            return Ok(Mode::Unconfined);
+        }
+        let bwrap = bubblewrap().map_err(unavailable)?;
+        let user = SandboxUser::lease(bwrap.privileged())?;
+        Ok(Mode::Contained { bwrap, user })
     }
 
     async fn trial(&self, req: &TrialRequest) -> Result<TrialResult, Error> {
@@ -313,24 +576,64 @@ impl LocalEngine {
             .hint("run it with --engine docker or --engine harbor"));
         }
         let deny_net = self.always_deny_network || !task.config.network_allowed();
-        if deny_net && sandbox_level() == SandboxLevel::None {
-            return Err(Error::new(ErrorKind::Unsupported, format!("task {:?} denies the network, but this machine cannot create a network namespace (unshare failed)", task.name))
-                .hint("run as root, enable unprivileged user namespaces, or use --engine docker"));
-        }
+        let mode = self.mode()?;
         let l = Layout::new(&req.trial_dir);
         l.create()
             .map_err(|e| Error::io("cannot create trial layout", &l.root, e))?;
         let (df_env, df_workdir) = dockerfile_env(task);
         let workdir = task.config.environment.workdir.clone().or(df_workdir);
-        let paths = l.path_map(workdir.as_deref());
-        let mut env = base_env(&l);
+        let contained = matches!(mode, Mode::Contained { .. });
+        let paths = if contained {
+            PathMap::new(Vec::new())
+        } else {
+            if !substitutable(&l.root) {
+                return Err(Error::invalid_task(format!(
+                    "task {:?}: an unconfined trial's directory is substituted into the task's scripts, and {} holds a character a shell would read (quote, <, $, space, ...)",
+                    task.name,
+                    l.root.display()
+                ))
+                .hint("run trials contained (the default), where the scripts see /app and /tests as they are"));
+            }
+            l.path_map(workdir.as_deref())
+        };
+        let workdir = if contained {
+            workdir_of(workdir.as_deref(), &task.name)?
+        } else {
+            l.app.to_string_lossy().into_owned()
+        };
+        if let Mode::Contained { user, .. } = &mode {
+            contain::write_etc(&l.etc, user.uid, user.gid)
+                .map_err(|e| Error::io("cannot write the sandbox's /etc", &l.etc, e))?;
+            for d in [
+                &l.app,
+                &l.agent_logs,
+                &l.verifier_logs,
+                &l.artifacts,
+                &l.tmp,
+                &l.home,
+            ] {
+                user.own(d).map_err(|e| {
+                    Error::io("cannot hand the trial directory to its sandbox user", d, e)
+                })?;
+            }
+        }
+        let mut env = base_env(&l, contained, &workdir);
         for (k, v) in df_env {
             set_env(&mut env, &k, paths.map_value(&v));
         }
         for (k, v) in resolve_env(&task.config.environment.env, &paths, "[environment].env")? {
             set_env(&mut env, &k, v);
         }
-        let mark = marker();
+        let trial = Trial {
+            task,
+            l,
+            mode,
+            workdir,
+            deny_net,
+            marker: marker(),
+            output_cap: self.output_cap,
+        };
+        let l = &trial.l;
         let mut result = TrialResult {
             task: task.name.clone(),
             repetition: req.repetition,
@@ -353,7 +656,18 @@ impl LocalEngine {
         };
 
         // ---- agent phase
-        let mut fs_iso = "mount_namespace";
+        let mut fs_iso = if contained {
+            "bubblewrap"
+        } else {
+            "unconfined"
+        };
+        let agent_writes = vec![l.app.clone(), l.agent_logs.clone(), l.tmp.clone()];
+        let mut agent_binds = trial.app_binds();
+        agent_binds.push(Bind {
+            host: l.agent_logs.clone(),
+            at: "/logs/agent".into(),
+            writable: true,
+        });
         let agent_out = match req.agent.as_ref() {
             AgentSpec::Oracle => {
                 if !task.has_solution() {
@@ -369,95 +683,139 @@ impl LocalEngine {
                 for (k, v) in resolve_env(&task.config.solution.env, &paths, "[solution].env")? {
                     set_env(&mut e, &k, v);
                 }
-                let spec = PhaseSpec {
-                    argv: vec![
-                        "bash".into(),
-                        l.solution.join("solve.sh").to_string_lossy().into_owned(),
-                    ],
-                    cwd: l.app.clone(),
-                    env: e,
-                    stdin: None,
-                    timeout: task.config.agent_timeout(),
-                    log: l.agent_logs.join("oracle.txt"),
-                    log_cap: self.output_cap,
-                    deny_network: deny_net,
-                    hide: req.hidden_paths.clone(),
-                    marker: mark.clone(),
-                };
-                let o = run_phase(&spec)
+                agent_binds.push(Bind {
+                    host: l.solution.clone(),
+                    at: "/solution".into(),
+                    writable: false,
+                });
+                let o = trial
+                    .run(Phase {
+                        argv: vec![
+                            "bash".into(),
+                            format!("{}/solve.sh", trial.seen("/solution", &l.solution)),
+                        ],
+                        env: e,
+                        stdin: None,
+                        timeout: task.config.agent_timeout(),
+                        log: l.agent_logs.join("oracle.txt"),
+                        binds: agent_binds,
+                        writes: agent_writes,
+                    })
                     .await
                     .map_err(|e| Error::infra(format!("cannot run solve.sh: {e}")))?;
-                (o.exit_code, o.timed_out)
+                (o.exit_code, o.timed_out, o.over_quota)
             }
             AgentSpec::Target(m) => match &m.entry {
                 AgentEntry::Command(argv) => {
-                    check_program(&argv[0], &m.dir)?;
+                    let mut argv = argv.clone();
+                    match m.entry.program() {
+                        Some(Program::Shipped(rel)) => {
+                            argv[0] = if contained {
+                                format!("/agent/{rel}")
+                            } else {
+                                m.dir.join(rel).to_string_lossy().into_owned()
+                            };
+                        }
+                        Some(Program::OnPath(name)) => check_on_path(name)?,
+                        None => {}
+                    }
                     let mut e = env.clone();
                     for (k, v) in &m.env {
                         set_env(&mut e, k, paths.map_value(v));
                     }
-                    set_env(
-                        &mut e,
-                        "EVOLVE_AGENT_DIR",
-                        m.dir.to_string_lossy().into_owned(),
-                    );
-                    set_env(
-                        &mut e,
-                        "EVOLVE_APP_DIR",
-                        l.app.to_string_lossy().into_owned(),
-                    );
+                    set_env(&mut e, "EVOLVE_AGENT_DIR", trial.seen("/agent", &m.dir));
+                    set_env(&mut e, "EVOLVE_APP_DIR", trial.seen("/app", &l.app));
                     set_env(
                         &mut e,
                         "EVOLVE_AGENT_LOGS_DIR",
-                        l.agent_logs.to_string_lossy().into_owned(),
+                        trial.seen("/logs/agent", &l.agent_logs),
                     );
                     if task.instruction.len() <= 100_000 {
                         set_env(&mut e, "EVOLVE_INSTRUCTION", task.instruction.clone());
                     }
-                    let spec = PhaseSpec {
-                        argv: argv.clone(),
-                        cwd: l.app.clone(),
-                        env: e,
-                        stdin: Some(task.instruction.clone().into_bytes()),
-                        timeout: task.config.agent_timeout(),
-                        log: l.agent_logs.join("agent.txt"),
-                        log_cap: self.output_cap,
-                        deny_network: deny_net,
-                        hide: req.hidden_paths.clone(),
-                        marker: mark.clone(),
-                    };
-                    let o = run_phase(&spec).await.map_err(|e| {
-                        Error::new(
-                            ErrorKind::InvalidAgent,
-                            format!("cannot start agent command {:?}: {e}", argv[0]),
-                        )
-                        .at_path(&m.dir)
-                    })?;
-                    (o.exit_code, o.timed_out)
+                    agent_binds.push(Bind {
+                        host: m.dir.clone(),
+                        at: "/agent".into(),
+                        writable: false,
+                    });
+                    let program = argv[0].clone();
+                    let o = trial
+                        .run(Phase {
+                            argv,
+                            env: e,
+                            stdin: Some(task.instruction.clone().into_bytes()),
+                            timeout: task.config.agent_timeout(),
+                            log: l.agent_logs.join("agent.txt"),
+                            binds: agent_binds,
+                            writes: agent_writes,
+                        })
+                        .await
+                        .map_err(|e| {
+                            Error::new(
+                                ErrorKind::InvalidAgent,
+                                format!("cannot start agent command {program:?}: {e}"),
+                            )
+                        })?;
+                    (o.exit_code, o.timed_out, o.over_quota)
                 }
-                AgentEntry::Component(path) => {
+                AgentEntry::Component { path, bytes } => {
                     fs_iso = "wasi_preopens";
                     let o = super::wasi::run_component(
-                        path,
+                        super::wasi::ComponentAgent {
+                            name: path,
+                            bytes: bytes.clone(),
+                            env: &m.env,
+                            agent_dir: &m.dir,
+                            memory_bytes: task
+                                .config
+                                .environment
+                                .memory_mb
+                                .map_or(super::wasi::DEFAULT_MEMORY_BYTES, |mb| {
+                                    mb.saturating_mul(1 << 20)
+                                }),
+                        },
                         &task.instruction,
-                        &m.env,
-                        &m.dir,
                         &l.app,
                         &l.agent_logs,
                         task.config.agent_timeout(),
                         self.output_cap,
                     )
                     .await?;
-                    (o.exit_code, o.timed_out)
+                    let quota = DiskQuota {
+                        dirs: agent_writes,
+                        bytes: trial.storage_bytes(),
+                        files: MAX_TRIAL_FILES,
+                    };
+                    let over = super::process::disk_usage(&quota.dirs, quota.bytes, quota.files);
+                    let over = (over.0 > quota.bytes || over.1 > quota.files).then(|| {
+                        format!(
+                            "wrote more than its storage cap of {} MiB or {} files",
+                            quota.bytes >> 20,
+                            quota.files
+                        )
+                    });
+                    (o.exit_code, o.timed_out, over)
                 }
             },
         };
-        result.isolation = Some(self.isolation(deny_net, fs_iso));
+        result.isolation = Some(self.isolation(&trial.mode, deny_net, fs_iso));
         result.agent_exit_code = agent_out.0;
         if let Some(c) = agent_out.0
             && c != 0
         {
-            let _ = std::fs::write(l.agent_logs.join("exit-code.txt"), format!("{c}\n"));
+            let _ = write_new(&l.agent_logs, "exit-code.txt", format!("{c}\n").as_bytes());
+        }
+        if let Some(why) = agent_out.2 {
+            // Nothing over the quota is kept.
+            empty_dir(&l.app);
+            empty_dir(&l.tmp);
+            result.status = TrialStatus::CandidateInvalid;
+            result.error = Some(TrialError::new(
+                "quota_exceeded",
+                format!("the agent {why} and was killed"),
+            ));
+            result.wall_time_sec = started.elapsed().as_secs_f64();
+            return Ok(result);
         }
         if agent_out.1 {
             result.status = TrialStatus::Timeout;
@@ -480,30 +838,64 @@ impl LocalEngine {
         let _ = std::fs::remove_file(l.verifier_logs.join("reward.json"));
         copy_rewritten(&task.dir.join("tests"), &l.tests, &paths)
             .map_err(|e| Error::infra(format!("cannot stage tests/: {e}")))?;
+        if let Mode::Contained { user, .. } = &trial.mode {
+            user.own(&l.tests)
+                .map_err(|e| Error::io("cannot hand tests/ to the sandbox user", &l.tests, e))?;
+        }
         let mut e = env.clone();
         for (k, v) in resolve_env(&task.config.verifier.env, &paths, "[verifier].env")? {
             set_env(&mut e, &k, v);
         }
-        let spec = PhaseSpec {
-            argv: vec![
-                "bash".into(),
-                l.tests.join("test.sh").to_string_lossy().into_owned(),
-            ],
-            cwd: l.app.clone(),
-            env: e,
-            stdin: None,
-            timeout: Some(task.config.verifier_timeout()),
-            log: l.verifier_logs.join("test-stdout.txt"),
-            log_cap: self.output_cap,
-            deny_network: deny_net,
-            hide: req.hidden_paths.clone(),
-            marker: mark,
-        };
-        let o = run_phase(&spec)
+        let mut binds = trial.app_binds();
+        binds.extend([
+            Bind {
+                host: l.tests.clone(),
+                at: "/tests".into(),
+                writable: true,
+            },
+            Bind {
+                host: l.verifier_logs.clone(),
+                at: "/logs/verifier".into(),
+                writable: true,
+            },
+            Bind {
+                host: l.agent_logs.clone(),
+                at: "/logs/agent".into(),
+                writable: false,
+            },
+        ]);
+        let o = trial
+            .run(Phase {
+                argv: vec![
+                    "bash".into(),
+                    format!("{}/test.sh", trial.seen("/tests", &l.tests)),
+                ],
+                env: e,
+                stdin: None,
+                timeout: Some(task.config.verifier_timeout()),
+                log: l.verifier_logs.join("test-stdout.txt"),
+                binds,
+                writes: vec![
+                    l.app.clone(),
+                    l.tests.clone(),
+                    l.verifier_logs.clone(),
+                    l.tmp.clone(),
+                ],
+            })
             .await
             .map_err(|e| Error::infra(format!("cannot run tests/test.sh: {e}")))?;
         result.wall_time_sec = started.elapsed().as_secs_f64();
         result.cost_usd = crate::result::read_agent_cost(&l.agent_logs);
+        if let Some(why) = o.over_quota {
+            empty_dir(&l.app);
+            empty_dir(&l.tmp);
+            result.status = TrialStatus::InfrastructureFailed;
+            result.error = Some(TrialError::new(
+                "quota_exceeded",
+                format!("tests/test.sh {why} and was killed"),
+            ));
+            return Ok(result);
+        }
         if o.timed_out {
             result.status = TrialStatus::Timeout;
             result.timeout_owner = Some(TimeoutOwner::Verifier);
@@ -521,32 +913,29 @@ impl LocalEngine {
     }
 }
 
-/// A command agent's program must exist and be executable (absolute, or on the scrubbed PATH).
-fn check_program(program: &str, agent_dir: &Path) -> Result<(), Error> {
+/// A command agent's program named without a `/` must be an executable on the trial's
+/// `PATH` (the host's system directories, which a jail shows read-only).
+fn check_on_path(program: &str) -> Result<(), Error> {
     use std::os::unix::fs::PermissionsExt;
     let exec = |p: &Path| {
         std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
     };
-    let found = if program.contains('/') {
-        exec(Path::new(program))
-    } else {
-        [
-            "/usr/local/sbin",
-            "/usr/local/bin",
-            "/usr/sbin",
-            "/usr/bin",
-            "/sbin",
-            "/bin",
-        ]
-        .iter()
-        .any(|d| exec(&Path::new(d).join(program)))
-    };
+    let found = [
+        "/usr/local/sbin",
+        "/usr/local/bin",
+        "/usr/sbin",
+        "/usr/bin",
+        "/sbin",
+        "/bin",
+    ]
+    .iter()
+    .any(|d| exec(&Path::new(d).join(program)));
     if found {
         Ok(())
     } else {
-        Err(Error::new(ErrorKind::InvalidAgent, format!("agent command {program:?} is not an executable file (or not on PATH)"))
-            .at_path(&agent_dir.join("agent.toml"))
-            .hint("command[0] is resolved against the target directory when it contains a '/'; make it executable"))
+        Err(Error::new(ErrorKind::InvalidAgent, format!("agent command {program:?} is not an executable on PATH"))
+            .at("agent.toml in the agent directory")
+            .hint("command[0] is resolved against the target directory when it contains a '/' (e.g. \"./run.sh\"); make it executable"))
     }
 }
 

@@ -1,5 +1,6 @@
 //! Engines run trials; [`run_evaluation`] runs a whole evaluation over one of them.
 
+pub mod contain;
 pub mod docker;
 pub mod harbor;
 pub mod local;

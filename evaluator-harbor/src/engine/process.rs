@@ -1,78 +1,56 @@
-//! Running one phase (agent or verifier) as a contained process tree.
+//! Running one phase (agent, oracle or verifier) as a contained process tree.
 //!
-//! Containment, strongest available first (probed once per process):
-//! 1. `unshare --pid --fork --kill-child --mount-proc [--net]` (as root, or inside a user
-//!    namespace with `--user --map-root-user`): the phase is PID 1 of a fresh PID namespace,
-//!    so when it exits or is killed the kernel kills every process in it, including
-//!    daemonized grandchildren that called `setsid`. Its mount namespace hides the task
-//!    sources under empty tmpfs mounts; `--net` gives it a network namespace with no
-//!    interfaces.
-//! 2. Fallback: its own process group (killed as a group), plus a scan of `/proc` for
-//!    processes whose environment carries the phase's marker variable (`EVOLVE_TRIAL_MARKER`),
-//!    which catches children that left the group with `setsid`.
+//! Containment ([`Confinement`]): a bubblewrap jail ([`super::contain`]) whose PID
+//! namespace ends every process of the phase when its first one exits, or, only on the
+//! user's explicit opt-in, nothing but a process group. Both are backed by the same cleanup:
+//! after every phase the group is killed and `/proc` is scanned for processes whose
+//! environment carries the phase's marker variable (`EVOLVE_TRIAL_MARKER`), which catches
+//! children that left the group with `setsid`.
 //!
-//! Both layers always run: after every phase the group is killed and `/proc` is scanned.
+//! A [`DiskQuota`] is watched while the phase runs: the bytes and files under its
+//! directories are counted every [`QUOTA_TICK`], and the phase is killed as soon as it holds
+//! more than it is allowed (`RLIMIT_FSIZE` already stops any single file at the cap).
 //! Output (stdout and stderr merged) is written to a log file, capped; the rest is drained.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal};
 
-/// Which containment this machine offers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SandboxLevel {
-    /// unshare works directly (root).
-    Unshare,
-    /// unshare works inside a user namespace.
-    UnshareUserNs,
-    /// Process group + /proc scan only.
-    None,
+use super::contain::{Bubblewrap, Jail, apply_limits};
+
+/// How often a running phase's disk use is counted.
+pub const QUOTA_TICK: Duration = Duration::from_millis(200);
+
+/// How a phase is contained.
+#[derive(Debug, Clone)]
+pub enum Confinement {
+    /// In a bubblewrap jail (the default, and the only mode without an opt-in).
+    Contained {
+        jail: Box<Jail>,
+        bwrap: &'static Bubblewrap,
+    },
+    /// Directly on the host in its own process group: the user's explicit opt-in, recorded
+    /// in the trial's isolation and the evaluation contract.
+    Unconfined,
 }
 
-fn probe(extra: &[&str]) -> bool {
-    let mut c = std::process::Command::new("unshare");
-    c.args(extra)
-        .args([
-            "--pid",
-            "--fork",
-            "--kill-child",
-            "--mount-proc",
-            "--net",
-            "--",
-            "/bin/sh",
-            "-c",
-            "mount -t tmpfs evolve-probe /mnt 2>/dev/null || mount -t tmpfs evolve-probe /tmp",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    c.status().is_ok_and(|s| s.success())
-}
-
-/// The containment level of this machine (probed once).
-pub fn sandbox_level() -> SandboxLevel {
-    static LEVEL: OnceLock<SandboxLevel> = OnceLock::new();
-    *LEVEL.get_or_init(|| {
-        if std::env::var_os("EVOLVE_LOCAL_NO_UNSHARE").is_some() {
-            SandboxLevel::None
-        } else if probe(&[]) {
-            SandboxLevel::Unshare
-        } else if probe(&["--user", "--map-root-user"]) {
-            SandboxLevel::UnshareUserNs
-        } else {
-            SandboxLevel::None
-        }
-    })
+/// The most a phase may hold on disk, counted over `dirs` (never following a link).
+#[derive(Debug, Clone)]
+pub struct DiskQuota {
+    pub dirs: Vec<PathBuf>,
+    pub bytes: u64,
+    pub files: u64,
 }
 
 /// One phase to run.
 #[derive(Debug, Clone)]
 pub struct PhaseSpec {
+    /// The program and its arguments, in the phase's own paths.
     pub argv: Vec<String>,
+    /// The host working directory (an unconfined phase runs there; a jail has its own).
     pub cwd: PathBuf,
     /// The complete environment (nothing is inherited).
     pub env: Vec<(String, String)>,
@@ -81,10 +59,8 @@ pub struct PhaseSpec {
     /// Merged stdout+stderr log.
     pub log: PathBuf,
     pub log_cap: u64,
-    /// Run in a network namespace with no interfaces.
-    pub deny_network: bool,
-    /// Host directories to cover with an empty tmpfs for this phase.
-    pub hide: Vec<PathBuf>,
+    pub confinement: Confinement,
+    pub quota: Option<DiskQuota>,
     /// Unique marker value for `EVOLVE_TRIAL_MARKER`.
     pub marker: String,
 }
@@ -97,37 +73,53 @@ pub struct PhaseOutcome {
     pub wall: Duration,
     /// Bytes of output dropped past the cap.
     pub truncated: u64,
+    /// Set when the phase was killed for holding more than its [`DiskQuota`].
+    pub over_quota: Option<String>,
 }
 
-const HIDE_SCRIPT: &str = r#"while [ "$1" != "--" ]; do if [ -d "$1" ]; then mount -t tmpfs -o size=4k,mode=000 evolve-hidden "$1" || { echo "evolve-sandbox: cannot hide $1" >&2; exit 125; }; fi; shift; done; shift; exec "$@""#;
-
-fn build_argv(spec: &PhaseSpec, level: SandboxLevel) -> Vec<String> {
-    let mut v: Vec<String> = Vec::new();
-    if level != SandboxLevel::None {
-        v.push("unshare".into());
-        if level == SandboxLevel::UnshareUserNs {
-            v.extend(["--user".into(), "--map-root-user".into()]);
-        }
-        v.extend(["--pid", "--fork", "--kill-child", "--mount-proc"].map(String::from));
-        if spec.deny_network {
-            v.push("--net".into());
-        }
-        v.extend(["--", "/bin/sh", "-c", HIDE_SCRIPT, "evolve-sandbox"].map(String::from));
-        // Outermost directories only: once a parent is covered, its children are gone.
-        let mut hide: Vec<&PathBuf> = spec.hide.iter().filter(|h| h.is_dir()).collect();
-        hide.sort();
-        hide.dedup();
-        let mut kept: Vec<&PathBuf> = Vec::new();
-        for h in hide {
-            if !kept.iter().any(|k| h.starts_with(k)) {
-                kept.push(h);
+/// Bytes (allocated blocks) and entries under `dirs`, stopping early once past the caps.
+pub fn disk_usage(dirs: &[PathBuf], stop_bytes: u64, stop_files: u64) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let (mut bytes, mut files) = (0u64, 0u64);
+    let mut stack: Vec<PathBuf> = dirs.to_vec();
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for ent in rd.flatten() {
+            let Ok(m) = ent.metadata() else { continue };
+            files += 1;
+            bytes += m.blocks() * 512;
+            if m.is_dir() {
+                stack.push(ent.path());
+            }
+            if bytes > stop_bytes || files > stop_files {
+                return (bytes, files);
             }
         }
-        v.extend(kept.iter().map(|h| h.to_string_lossy().into_owned()));
-        v.push("--".into());
     }
-    v.extend(spec.argv.iter().cloned());
-    v
+    (bytes, files)
+}
+
+fn over(q: &DiskQuota) -> Option<String> {
+    let (bytes, files) = disk_usage(&q.dirs, q.bytes, q.files);
+    if bytes > q.bytes {
+        Some(format!(
+            "wrote more than its storage cap of {} MiB",
+            q.bytes >> 20
+        ))
+    } else if files > q.files {
+        Some(format!("created more than its cap of {} files", q.files))
+    } else {
+        None
+    }
+}
+
+fn build_argv(spec: &PhaseSpec) -> Vec<String> {
+    match &spec.confinement {
+        Confinement::Contained { jail, bwrap } => bwrap.argv(jail, &spec.argv),
+        Confinement::Unconfined => spec.argv.clone(),
+    }
 }
 
 /// Kill every process whose environment carries `EVOLVE_TRIAL_MARKER=<marker>`; returns how
@@ -217,15 +209,10 @@ fn pump(mut r: std::io::PipeReader, log: &Path, cap: u64) -> u64 {
     dropped
 }
 
-/// Run a phase to completion or timeout; the whole process tree is gone when this returns.
+/// Run a phase to completion, timeout or quota; the whole process tree is gone when this
+/// returns.
 pub async fn run_phase(spec: &PhaseSpec) -> std::io::Result<PhaseOutcome> {
-    run_phase_at(spec, sandbox_level()).await
-}
-
-/// [`run_phase`] with the containment `level` chosen by the caller (tests use the
-/// fallback, which every machine has).
-async fn run_phase_at(spec: &PhaseSpec, level: SandboxLevel) -> std::io::Result<PhaseOutcome> {
-    let argv = build_argv(spec, level);
+    let argv = build_argv(spec);
     let (reader, writer) = std::io::pipe()?;
     let mut cmd = tokio::process::Command::new(&argv[0]);
     cmd.args(&argv[1..])
@@ -242,6 +229,9 @@ async fn run_phase_at(spec: &PhaseSpec, level: SandboxLevel) -> std::io::Result<
         })
         .process_group(0)
         .kill_on_drop(true);
+    if let Confinement::Contained { jail, .. } = &spec.confinement {
+        apply_limits(&mut cmd, jail.limits);
+    }
     let started = Instant::now();
     let mut child = cmd.spawn()?;
     drop(cmd); // closes our copies of the pipe's write end
@@ -259,9 +249,27 @@ async fn run_phase_at(spec: &PhaseSpec, level: SandboxLevel) -> std::io::Result<
             let _ = stdin.write_all(&data).await;
         });
     }
-    let waited = match spec.timeout {
-        Some(t) => tokio::time::timeout(t, child.wait()).await.ok(),
-        None => Some(child.wait().await),
+    let deadline = spec.timeout.map(|t| tokio::time::Instant::now() + t);
+    let mut over_quota = None;
+    let waited = loop {
+        let tick = tokio::time::sleep(QUOTA_TICK);
+        let expired = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            st = child.wait() => break Some(st),
+            _ = expired => break None,
+            _ = tick, if spec.quota.is_some() => {
+                let q = spec.quota.clone().expect("guarded by the select arm");
+                if let Ok(Some(why)) = tokio::task::spawn_blocking(move || over(&q)).await {
+                    over_quota = Some(why);
+                    break None;
+                }
+            }
+        }
     };
     let wall = started.elapsed();
     let (exit_code, timed_out) = match waited {
@@ -270,7 +278,7 @@ async fn run_phase_at(spec: &PhaseSpec, level: SandboxLevel) -> std::io::Result<
             cleanup(pgid, &spec.marker).await;
             return Err(e);
         }
-        None => (None, true),
+        None => (None, over_quota.is_none()),
     };
     cleanup(pgid, &spec.marker).await;
     std::mem::forget(reap); // cleaned up above
@@ -286,6 +294,7 @@ async fn run_phase_at(spec: &PhaseSpec, level: SandboxLevel) -> std::io::Result<
         timed_out,
         wall,
         truncated,
+        over_quota,
     })
 }
 
@@ -343,13 +352,13 @@ mod tests {
             timeout: Some(Duration::from_secs(600)),
             log: dir.path().join("log"),
             log_cap: 4096,
-            deny_network: false,
-            hide: Vec::new(),
+            confinement: Confinement::Unconfined,
+            quota: None,
             marker: marker.clone(),
         };
-        // The fallback containment: under `unshare` the kernel would end the namespace
-        // when the direct child dies, which would hide a missing cleanup.
-        let mut phase = Box::pin(run_phase_at(&spec, SandboxLevel::None));
+        // Unconfined: in a jail the kernel would end the PID namespace when the direct
+        // child dies, which would hide a missing cleanup.
+        let mut phase = Box::pin(run_phase(&spec));
         // Let it start and fork, then drop it as a cancelled run would.
         let started = tokio::time::timeout(Duration::from_secs(30), async {
             loop {

@@ -5,8 +5,10 @@
 //! No network (the default `WasiCtxBuilder` denies sockets), no inherited environment, stdin =
 //! the instruction, stdout+stderr captured (capped) to `/logs/agent/agent.txt`, a wall-clock
 //! deadline from `[agent].timeout_sec` (epoch interruption for guest code, plus an async
-//! timeout for guests blocked in host calls). A component is compiled once per process and
-//! content, then reused by every trial.
+//! timeout for guests blocked in host calls), and a cap on its linear memory: the task's
+//! `memory_mb`, else [`DEFAULT_MEMORY_BYTES`]. A guest is single-threaded, so the wall-clock
+//! deadline also bounds its CPU time. A component is compiled once per process and content,
+//! then reused by every trial.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -14,7 +16,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use wasmtime::component::{Component, Linker, ResourceTable};
-use wasmtime::{Config, Engine, Store};
+use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::p2::bindings::Command;
 use wasmtime_wasi::p2::pipe::{MemoryInputPipe, MemoryOutputPipe};
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -23,9 +25,14 @@ use crate::error::{Error, ErrorKind, Result};
 
 const TICK: Duration = Duration::from_millis(10);
 
+/// An agent component's memory cap when its task sets no `memory_mb`: the operators'
+/// default, so an agent gets what an operator does.
+pub const DEFAULT_MEMORY_BYTES: u64 = 256 << 20;
+
 struct State {
     wasi: WasiCtx,
     table: ResourceTable,
+    limits: StoreLimits,
 }
 
 impl WasiView for State {
@@ -104,24 +111,35 @@ pub struct ComponentOutcome {
     pub wall: Duration,
 }
 
-/// Run the component at `path` as the agent. A component that does not load, is not a WASI
-/// command, or traps is `InvalidAgent` (candidate_invalid); a timeout is reported in the outcome.
-#[allow(clippy::too_many_arguments)]
+/// The agent component of a trial, as its manifest loaded it.
+pub struct ComponentAgent<'a> {
+    /// Its path relative to the agent directory (for messages).
+    pub name: &'a str,
+    pub bytes: Arc<Vec<u8>>,
+    pub env: &'a BTreeMap<String, String>,
+    /// Preopened read-only at `/agent`.
+    pub agent_dir: &'a Path,
+    /// Cap on its linear memories together.
+    pub memory_bytes: u64,
+}
+
+/// Run `agent` as the trial's agent. A component that does not load, is not a WASI
+/// command, or traps (running out of memory included) is `InvalidAgent`
+/// (candidate_invalid); a timeout is reported in the outcome.
 pub async fn run_component(
-    path: &Path,
+    agent: ComponentAgent<'_>,
     instruction: &str,
-    env: &BTreeMap<String, String>,
-    agent_dir: &Path,
     app: &Path,
     agent_logs: &Path,
     timeout: Option<Duration>,
     output_cap: u64,
 ) -> Result<ComponentOutcome> {
     let engine = engine()?;
-    let invalid = |m: String| Error::new(ErrorKind::InvalidAgent, m).at_path(path);
-    let bytes =
-        std::fs::read(path).map_err(|e| invalid(format!("cannot read agent component: {e}")))?;
-    let component = compile_cached(engine, bytes)
+    let invalid = |m: String| {
+        Error::new(ErrorKind::InvalidAgent, m).at(format!("{} in the agent directory", agent.name))
+    };
+    let (env, agent_dir) = (agent.env, agent.agent_dir);
+    let component = compile_cached(engine, agent.bytes.to_vec())
         .await?
         .map_err(|e| invalid(format!("not a loadable WebAssembly component: {e}")))?;
     let mut linker: Linker<State> = Linker::new(engine);
@@ -154,8 +172,13 @@ pub async fn run_component(
         State {
             wasi: b.build(),
             table: ResourceTable::new(),
+            limits: StoreLimitsBuilder::new()
+                .memory_size(usize::try_from(agent.memory_bytes).unwrap_or(usize::MAX))
+                .trap_on_grow_failure(true)
+                .build(),
         },
     );
+    store.limiter(|s| &mut s.limits);
     let ticks = timeout
         .map(|t| (t.as_millis() / TICK.as_millis()).max(1) as u64)
         .unwrap_or(u64::MAX / 2);
@@ -174,7 +197,8 @@ pub async fn run_component(
         None => Some(run.await),
     };
     let wall = started.elapsed();
-    let _ = std::fs::write(agent_logs.join("agent.txt"), out.contents());
+    // The guest could have planted links in /logs/agent: write through none of them.
+    let _ = super::local::write_new(agent_logs, "agent.txt", &out.contents());
     let (exit_code, timed_out) = match outcome {
         None => (None, true),
         Some(Err(e)) => return Err(e),
@@ -190,7 +214,8 @@ pub async fn run_component(
                 (None, true)
             } else {
                 // A trap is the candidate's failure, like a crashing process: exit code 128.
-                let _ = std::fs::write(agent_logs.join("trap.txt"), format!("{e:#}\n"));
+                let _ =
+                    super::local::write_new(agent_logs, "trap.txt", format!("{e:#}\n").as_bytes());
                 (Some(128), false)
             }
         }

@@ -1,0 +1,484 @@
+//! Containment of a local trial's processes (agent, oracle, verifier) with bubblewrap.
+//!
+//! The agent under test is evolved code, as untrusted as an operator, so the local engine
+//! never runs it on the host as it is. Each phase runs under `bwrap` (Debian's
+//! `bubblewrap`, the sandbox Flatpak uses: a maintained, audited tool, rather than mounts
+//! written by hand) in a fresh root that holds only:
+//!
+//! - the read-only system directories a program needs (`/usr`, and `/bin`, `/lib*`, `/sbin`
+//!   as the host has them), a minimal `/etc` (an allowlist of harmless files plus a generated
+//!   `passwd`, `group`, `hosts` and `hostname` naming only the sandbox user), `/dev` (null,
+//!   zero, random, tty, …) and a `/proc` of its own PID namespace;
+//! - the trial's directories bound at the paths Harbor promises (`/app` and `/logs/agent` for
+//!   the agent, `/tests` and `/logs/verifier` for the verifier, `/solution` for the oracle),
+//!   and the trial's own `/tmp`; everything else is read-only, the root included.
+//!
+//! Home directories, the key directory, the workspace (archive, receipts, `runs/`, git
+//! objects, the frozen evaluator), other trials, the task set and the Docker socket are not
+//! in that root at all. The phase gets new PID, IPC, UTS and (unless the task allows the
+//! network) network namespaces, no capabilities and `no_new_privs`.
+//!
+//! **Never host root.** When evolve itself runs as root, bwrap sets up the root with root's
+//! rights (so it can bind directories under a 0700 home) and then `setpriv` drops the phase to
+//! a dedicated uid of its own (one per concurrent trial, from [`SANDBOX_UID_BASE`]), clearing
+//! every capability set. Otherwise bwrap runs unprivileged in a user namespace as the
+//! invoking user. Resource limits ([`Limits`]) are set with `setrlimit` before bwrap starts
+//! and inherited by everything in the phase.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// First host uid (and gid) of the trials' dedicated users when evolve runs as root; trial
+/// `k` of those running at once gets `SANDBOX_UID_BASE + k`. Far above any uid a
+/// distribution or an LDAP directory hands out, and below the 32-bit "no uid" marker.
+pub const SANDBOX_UID_BASE: u32 = 2_000_000_000;
+/// How many contained trials may run at once as root (each holds one uid).
+pub const SANDBOX_UID_SLOTS: u32 = 4096;
+
+/// `/etc` entries bound read-only into every phase: what the dynamic loader, `alternatives`
+/// links, name service look-ups, TLS and shells read. Nothing here holds a secret (no
+/// `shadow`, `ssh`, `sudoers`, `machine-id`, `docker`, credentials of any kind).
+const ETC_ALLOWLIST: &[&str] = &[
+    "alternatives",
+    "bash.bashrc",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "debian_version",
+    "gai.conf",
+    "host.conf",
+    "inputrc",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "locale.alias",
+    "localtime",
+    "magic",
+    "magic.mime",
+    "mime.types",
+    "nsswitch.conf",
+    "os-release",
+    "profile",
+    "protocols",
+    "python3",
+    "python3.11",
+    "python3.12",
+    "python3.13",
+    "services",
+    "ssl",
+    "terminfo",
+    "timezone",
+];
+
+/// System directories bound read-only (or recreated as the same symlink, on merged-/usr
+/// systems where `/bin` is `usr/bin`).
+const SYSTEM_DIRS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+];
+
+/// One host directory or file visible inside the phase.
+#[derive(Debug, Clone)]
+pub struct Bind {
+    pub host: PathBuf,
+    /// The absolute path inside the phase.
+    pub at: String,
+    pub writable: bool,
+}
+
+/// Per-process limits of a contained phase (`setrlimit`, inherited by every process).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// `RLIMIT_DATA`: heap and private writable mappings of each process.
+    pub memory_bytes: u64,
+    /// `RLIMIT_NPROC`: processes of the phase's user at once.
+    pub processes: u64,
+    /// `RLIMIT_FSIZE`: the largest file a process may write.
+    pub file_bytes: u64,
+    /// `RLIMIT_CPU`: CPU seconds of each process.
+    pub cpu_seconds: Option<u64>,
+}
+
+/// Everything the contained phase sees.
+#[derive(Debug, Clone)]
+pub struct Jail {
+    pub binds: Vec<Bind>,
+    /// The working directory inside the phase.
+    pub workdir: String,
+    /// Share the host's network (the task allows it); otherwise only a loopback of its own.
+    pub network: bool,
+    /// The generated `/etc` files (see [`write_etc`]).
+    pub etc: PathBuf,
+    pub uid: u32,
+    pub gid: u32,
+    pub limits: Limits,
+}
+
+/// How bwrap is started on this machine.
+#[derive(Debug, Clone)]
+pub struct Bubblewrap {
+    bwrap: PathBuf,
+    /// `Some` when evolve runs as root: bwrap runs privileged and `setpriv` drops the phase
+    /// to its dedicated uid.
+    setpriv: Option<PathBuf>,
+}
+
+fn find_program(name: &str) -> Option<PathBuf> {
+    ["/usr/bin", "/bin", "/usr/local/bin", "/usr/sbin", "/sbin"]
+        .iter()
+        .map(|d| Path::new(d).join(name))
+        .find(|p| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
+/// Whether evolve runs as root (and so hands each trial a dedicated uid).
+pub fn running_as_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// The containment this machine offers, probed once per process by starting a real
+/// sandbox; the error says exactly what is missing and what to do.
+pub fn bubblewrap() -> std::result::Result<&'static Bubblewrap, &'static str> {
+    static PROBED: OnceLock<std::result::Result<Bubblewrap, String>> = OnceLock::new();
+    PROBED.get_or_init(probe).as_ref().map_err(|e| e.as_str())
+}
+
+fn probe() -> std::result::Result<Bubblewrap, String> {
+    if std::env::var_os("EVOLVE_LOCAL_NO_BWRAP").is_some() {
+        return Err("EVOLVE_LOCAL_NO_BWRAP is set".into());
+    }
+    let Some(bwrap) = find_program("bwrap") else {
+        return Err("bubblewrap (bwrap) is not installed".into());
+    };
+    let setpriv = if running_as_root() {
+        Some(find_program("setpriv").ok_or("setpriv (util-linux) is not installed")?)
+    } else {
+        None
+    };
+    let b = Bubblewrap { bwrap, setpriv };
+    let dir = tempfile::tempdir().map_err(|e| format!("cannot create a probe directory: {e}"))?;
+    let etc = dir.path().join("etc");
+    let (uid, gid) = if running_as_root() {
+        (
+            SANDBOX_UID_BASE + SANDBOX_UID_SLOTS,
+            SANDBOX_UID_BASE + SANDBOX_UID_SLOTS,
+        )
+    } else {
+        own_ids()
+    };
+    write_etc(&etc, uid, gid).map_err(|e| format!("cannot write the probe's /etc: {e}"))?;
+    let jail = Jail {
+        binds: Vec::new(),
+        workdir: "/".into(),
+        network: false,
+        etc,
+        uid,
+        gid,
+        limits: Limits {
+            memory_bytes: 256 << 20,
+            processes: 64,
+            file_bytes: 1 << 20,
+            cpu_seconds: Some(10),
+        },
+    };
+    let argv = b.argv(&jail, &["/bin/sh".into(), "-c".into(), "exit 0".into()]);
+    let out = std::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .map_err(|e| format!("cannot start {}: {e}", b.bwrap.display()))?;
+    if !out.status.success() {
+        let why = String::from_utf8_lossy(&out.stderr);
+        return Err(format!(
+            "bwrap cannot create a sandbox here ({})",
+            why.trim().lines().next().unwrap_or("no message")
+        ));
+    }
+    Ok(b)
+}
+
+/// The error a local trial gets when this machine cannot contain it.
+pub fn unavailable(why: &str) -> Error {
+    Error::new(
+        ErrorKind::Unsupported,
+        format!("the local engine runs every trial phase in a bubblewrap sandbox, and this machine cannot start one: {why}"),
+    )
+    .hint("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), or use the docker engine; a WASI component agent is contained by wasmtime, but its task's verifier still needs the sandbox. Running trials unconfined needs an explicit opt-in (evaluator.unconfined_trials: true, or --unconfined), recorded in the evaluation contract")
+}
+
+fn own_ids() -> (u32, u32) {
+    (
+        rustix::process::getuid().as_raw(),
+        rustix::process::getgid().as_raw(),
+    )
+}
+
+/// Write the generated `/etc` files of a phase into `dir`: a `passwd` and `group` that name
+/// only the sandbox user (`agent`, home `/tmp`), and a `hosts` and `hostname` for a machine
+/// called `evolve-trial`.
+pub fn write_etc(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(
+        dir.join("passwd"),
+        format!(
+            "root:x:0:0:root:/nonexistent:/usr/sbin/nologin\nagent:x:{uid}:{gid}:agent:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+        ),
+    )?;
+    std::fs::write(
+        dir.join("group"),
+        format!("root:x:0:\nagent:x:{gid}:\nnogroup:x:65534:\n"),
+    )?;
+    std::fs::write(
+        dir.join("hosts"),
+        "127.0.0.1\tlocalhost evolve-trial\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+    )?;
+    std::fs::write(dir.join("hostname"), "evolve-trial\n")?;
+    Ok(())
+}
+
+impl Bubblewrap {
+    /// Whether phases drop from root to a dedicated uid.
+    pub fn privileged(&self) -> bool {
+        self.setpriv.is_some()
+    }
+
+    /// The full command line that runs `command` inside `jail`.
+    pub fn argv(&self, jail: &Jail, command: &[String]) -> Vec<String> {
+        let mut v: Vec<String> = vec![self.bwrap.to_string_lossy().into_owned()];
+        let mut arg = |a: &str| v.push(a.to_string());
+        for a in [
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--die-with-parent",
+            "--new-session",
+            "--hostname",
+            "evolve-trial",
+        ] {
+            arg(a);
+        }
+        if !jail.network {
+            arg("--unshare-net");
+        }
+        if self.privileged() {
+            // setpriv needs these three to switch user and empty the bounding set; it then
+            // drops them (and every other capability) before the phase's program starts.
+            for a in [
+                "--cap-drop",
+                "ALL",
+                "--cap-add",
+                "CAP_SETUID",
+                "--cap-add",
+                "CAP_SETGID",
+                "--cap-add",
+                "CAP_SETPCAP",
+            ] {
+                arg(a);
+            }
+        } else {
+            for a in ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"] {
+                arg(a);
+            }
+        }
+        for dir in SYSTEM_DIRS {
+            match std::fs::symlink_metadata(dir) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    if let Ok(target) = std::fs::read_link(dir) {
+                        v.extend([
+                            "--symlink".into(),
+                            target.to_string_lossy().into_owned(),
+                            dir.to_string(),
+                        ]);
+                    }
+                }
+                Ok(m) if m.is_dir() => {
+                    v.extend(["--ro-bind".into(), dir.to_string(), dir.to_string()]);
+                }
+                _ => {}
+            }
+        }
+        v.extend(["--proc", "/proc", "--dev", "/dev", "--dir", "/etc"].map(String::from));
+        for name in ETC_ALLOWLIST {
+            let host = format!("/etc/{name}");
+            v.extend(["--ro-bind-try".into(), host.clone(), host]);
+        }
+        if jail.network {
+            v.extend(["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"].map(String::from));
+        }
+        for name in ["passwd", "group", "hosts", "hostname"] {
+            v.extend([
+                "--ro-bind".into(),
+                jail.etc.join(name).to_string_lossy().into_owned(),
+                format!("/etc/{name}"),
+            ]);
+        }
+        // bwrap would create a bind's missing parents readable by root alone; make them
+        // explicitly, traversable by the phase's user.
+        let mut parents = BTreeSet::new();
+        for b in &jail.binds {
+            let mut p = Path::new(&b.at).parent();
+            while let Some(dir) = p.filter(|d| *d != Path::new("/")) {
+                parents.insert(dir.to_path_buf());
+                p = dir.parent();
+            }
+        }
+        for dir in parents {
+            v.extend([
+                "--perms".into(),
+                "0755".into(),
+                "--dir".into(),
+                dir.to_string_lossy().into_owned(),
+            ]);
+        }
+        for b in &jail.binds {
+            v.extend([
+                if b.writable { "--bind" } else { "--ro-bind" }.into(),
+                b.host.to_string_lossy().into_owned(),
+                b.at.clone(),
+            ]);
+        }
+        // Nothing else is writable: the fresh root (and the directories bwrap made in it
+        // for the mount points) becomes read-only once every bind is in place.
+        v.extend(["--remount-ro", "/", "--chdir"].map(String::from));
+        v.push(jail.workdir.clone());
+        v.push("--".into());
+        if let Some(setpriv) = &self.setpriv {
+            v.extend([
+                setpriv.to_string_lossy().into_owned(),
+                "--reuid".into(),
+                jail.uid.to_string(),
+                "--regid".into(),
+                jail.gid.to_string(),
+                "--clear-groups".into(),
+                "--inh-caps=-all".into(),
+                "--bounding-set=-all".into(),
+                "--no-new-privs".into(),
+                "--".into(),
+            ]);
+        }
+        v.extend(command.iter().cloned());
+        v
+    }
+}
+
+/// The uid a trial's phases run as, held for the whole trial (agent and verifier).
+#[derive(Debug)]
+pub struct SandboxUser {
+    pub uid: u32,
+    pub gid: u32,
+    slot: Option<u32>,
+}
+
+static SLOTS: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
+
+impl SandboxUser {
+    /// A dedicated uid no other running trial holds (as root), or the invoking user's own.
+    pub fn lease(privileged: bool) -> Result<SandboxUser> {
+        if !privileged {
+            let (uid, gid) = own_ids();
+            return Ok(SandboxUser {
+                uid,
+                gid,
+                slot: None,
+            });
+        }
+        let mut held = SLOTS.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = (0..SANDBOX_UID_SLOTS)
+            .find(|s| !held.contains(s))
+            .ok_or_else(|| {
+                Error::infra(format!(
+                    "more than {SANDBOX_UID_SLOTS} contained trials at once"
+                ))
+            })?;
+        held.insert(slot);
+        let id = SANDBOX_UID_BASE + slot;
+        Ok(SandboxUser {
+            uid: id,
+            gid: id,
+            slot: Some(slot),
+        })
+    }
+
+    /// Give `path` (recursively, never following a link) to this user, so the phase can write
+    /// its granted directories; a no-op when the phase runs as the invoking user.
+    pub fn own(&self, path: &Path) -> std::io::Result<()> {
+        if self.slot.is_none() {
+            return Ok(());
+        }
+        let meta = std::fs::symlink_metadata(path)?;
+        std::os::unix::fs::lchown(path, Some(self.uid), Some(self.gid))?;
+        if meta.is_dir() {
+            for ent in std::fs::read_dir(path)? {
+                self.own(&ent?.path())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `RLIMIT_NPROC` counts every process of the real uid. A dedicated uid has none but the
+    /// phase's; the invoking user's own processes count too, so they are added.
+    pub fn process_limit(&self, phase_processes: u64) -> u64 {
+        if self.slot.is_some() {
+            return phase_processes;
+        }
+        let mine = std::fs::read_dir("/proc")
+            .map(|rd| {
+                use std::os::unix::fs::MetadataExt;
+                rd.flatten()
+                    .filter(|e| {
+                        e.file_name()
+                            .to_str()
+                            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+                    })
+                    .filter(|e| e.metadata().is_ok_and(|m| m.uid() == self.uid))
+                    .count() as u64
+            })
+            .unwrap_or(0);
+        mine + phase_processes
+    }
+}
+
+impl Drop for SandboxUser {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot {
+            SLOTS
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&slot);
+        }
+    }
+}
+
+/// Set `limits` on the process `cmd` starts (inherited by bwrap and everything in the phase).
+pub fn apply_limits(cmd: &mut tokio::process::Command, limits: Limits) {
+    use rustix::process::{Resource, Rlimit, setrlimit};
+    let set = move |r: Resource, n: u64| {
+        setrlimit(
+            r,
+            Rlimit {
+                current: Some(n),
+                maximum: Some(n),
+            },
+        )
+    };
+    // SAFETY: the closure runs in the forked child before exec and only makes setrlimit
+    // system calls (async-signal-safe; no allocation, no locks).
+    unsafe {
+        cmd.pre_exec(move || {
+            set(Resource::Nproc, limits.processes)?;
+            set(Resource::Data, limits.memory_bytes)?;
+            set(Resource::Fsize, limits.file_bytes)?;
+            if let Some(c) = limits.cpu_seconds {
+                set(Resource::Cpu, c)?;
+            }
+            Ok(())
+        });
+    }
+}
