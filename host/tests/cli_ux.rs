@@ -123,6 +123,115 @@ fn diff_shows_a_generation_against_its_parent_or_any_other() {
     e.usage_error(&["diff", "1", "--against", "7", "-w", "ws"], "no gen/7 tag");
 }
 
+/// A file name chosen to spoof a terminal: the newline would print a fake
+/// `modified evaluator/task-set.json` line, the carriage return would send the cursor back
+/// to overwrite it with `verify: ok`, and the bidi override (U+202E) would show `fdp.exe`
+/// as `exe.pdf`; the quote and the space are what git quotes (or not) in a patch header.
+const HOSTILE_NAME: &str =
+    "evil \"q\"\nmodified evaluator/task-set.json\rverify: ok \u{202E}fdp.exe";
+
+/// Its content: an escape sequence that would retitle the window and clear the screen, and
+/// a line that starts with `++ ` (`+++ ` in the patch, which the old count skipped).
+const HOSTILE_CONTENT: &str = "\u{1b}]0;pwned\u{7}\u{1b}[2Jscreen cleared\n++ not a header\n";
+
+/// A gate that keeps every child with a reason (and a stderr line) that would print a line
+/// of its own and reverse what follows it.
+const HOSTILE_GATE: &str = "fn decide(ctx, child, parent) {\n  print(\"\\u001b[2J\\rverify: ok \\u202Eevil\");\n  #{verdict: \"keep\", reason: \"kept\\nverify: ok \\u202Esdrawkcab\"}\n}\n";
+
+/// Every character of `out` a terminal would act on rather than show (its line breaks
+/// aside), and every line that would pass for one the framework printed.
+fn spoofing(out: &str) -> Vec<String> {
+    let mut found: Vec<String> = out
+        .chars()
+        .filter(|c| {
+            (c.is_control() && *c != '\n')
+                || matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+        })
+        .map(|c| format!("raw {c:?}"))
+        .collect();
+    for line in out.lines() {
+        let l = line.trim_start();
+        if l.starts_with("modified evaluator/") || l.starts_with("verify: ok") {
+            found.push(format!("forged line {line:?}"));
+        }
+    }
+    found
+}
+
+/// Text from the candidate tree and from an operator (a file name with a newline, a
+/// carriage return, a quote, a space and a bidi override; a gate reason and operator stderr
+/// with the same) reaches `run`, `diff`, `diff --stat`, `show`, `log` and `status` escaped,
+/// the file name quoted as git quotes it, and `diff --stat` counts its lines right.
+#[test]
+fn hostile_names_and_reasons_are_escaped_on_the_terminal() {
+    let e = Exp::new(&Spec {
+        // Unclaimed: the result check refuses a claimed path with a control character, but
+        // the framework takes the candidate's changes from its tree.
+        mutate: json!({"action": "write", "path": HOSTILE_NAME, "content": HOSTILE_CONTENT, "claim": false}),
+        gate: (
+            "script".into(),
+            json!({"source": "operators/gate/hostile.rhai"}),
+        ),
+        surface: vec!["target/**".into()],
+        generations: 1,
+        ..Spec::default()
+    });
+    let script = e.root().join("operators/gate/hostile.rhai");
+    std::fs::create_dir_all(script.parent().unwrap()).unwrap();
+    std::fs::write(&script, HOSTILE_GATE).unwrap();
+    e.init();
+    let run = e.run_ok(&["run", "ws"]);
+    let path = format!("target/{HOSTILE_NAME}");
+
+    // The JSON output keeps the real name and content (serde_json escapes them).
+    let v = e.json(&["diff", "1", "-w", "ws", "--json"]);
+    assert_eq!(
+        v["files"],
+        json!([{"path": path, "change": "added", "insertions": 2, "deletions": 0}])
+    );
+    let row = e.log().into_iter().find(|r| r["genid"] == "1").unwrap();
+    assert_eq!(row["verdict"], "keep", "{row}");
+
+    let quoted = "\"target/evil \\\"q\\\"\\nmodified evaluator/task-set.json\\rverify: ok \\342\\200\\256fdp.exe\"";
+    let stat = String::from_utf8(e.run_ok(&["diff", "1", "-w", "ws", "--stat"]).stdout).unwrap();
+    assert!(
+        stat.contains(&format!("  added     {quoted} (+2 -0)\n")),
+        "{stat}"
+    );
+    let patch = String::from_utf8(e.run_ok(&["diff", "1", "-w", "ws"]).stdout).unwrap();
+    assert!(
+        patch.contains("+\\x1b]0;pwned\\x07\\x1b[2Jscreen cleared\n+++ not a header\n"),
+        "{patch}"
+    );
+    let show = String::from_utf8(e.run_ok(&["show", "1", "-w", "ws"]).stdout).unwrap();
+    assert!(
+        show.contains("reason=kept\\nverify: ok \\u{202E}sdrawkcab"),
+        "{show}"
+    );
+    assert!(
+        show.contains("stderr: \\x1b[2J\\rverify: ok \\u{202E}evil"),
+        "{show}"
+    );
+    let run_err = String::from_utf8(run.stderr).unwrap();
+    assert!(
+        run_err.contains("gate keep: kept\\nverify: ok \\u{202E}sdrawkcab"),
+        "{run_err}"
+    );
+    let log = String::from_utf8(e.run_ok(&["log", "ws"]).stdout).unwrap();
+    let status = String::from_utf8(e.run_ok(&["status", "ws"]).stdout).unwrap();
+    for (what, out) in [
+        ("run", &run_err),
+        ("diff --stat", &stat),
+        ("diff", &patch),
+        ("show", &show),
+        ("log", &log),
+        ("status", &status),
+    ] {
+        let found = spoofing(out);
+        assert!(found.is_empty(), "evolve {what}: {found:?} in\n{out}");
+    }
+}
+
 /// The workspace keeps no working copy; `checkout` writes a generation out, taking its
 /// commit from the certified archive row, so a moved tag does not change what it writes.
 #[test]

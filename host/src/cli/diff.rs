@@ -2,6 +2,7 @@
 //! between two generations, from the commits their `gen/*` tags name.
 
 use super::{CliError, CliResult, print_json};
+use crate::display;
 use crate::workspace::{Workspace, layout};
 use clap::Args;
 use evolve_snapshot::{Change, ChangeKind, Oid};
@@ -71,26 +72,6 @@ fn default_against(ws: &Workspace, genid: &str) -> Result<String, CliError> {
     })
 }
 
-/// Added and removed lines per file, read from a unified diff.
-fn line_counts(patch: &str) -> std::collections::BTreeMap<String, (usize, usize)> {
-    let mut out = std::collections::BTreeMap::new();
-    let mut current: Option<String> = None;
-    for line in patch.lines() {
-        if let Some(rest) = line.strip_prefix("diff --git a/") {
-            current = rest.split(" b/").next().map(str::to_string);
-            continue;
-        }
-        let Some(path) = &current else { continue };
-        let entry = out.entry(path.clone()).or_insert((0, 0));
-        if line.starts_with('+') && !line.starts_with("+++ ") {
-            entry.0 += 1;
-        } else if line.starts_with('-') && !line.starts_with("--- ") {
-            entry.1 += 1;
-        }
-    }
-    out
-}
-
 fn kind(c: &Change) -> &'static str {
     match c.kind {
         ChangeKind::Added => "added",
@@ -122,7 +103,12 @@ pub fn diff_cmd(a: DiffArgs) -> CliResult {
         .store
         .unified_diff(from_tree, to_tree, &shown, MAX_PATCH_BYTES)
         .map_err(git)?;
-    let counts = line_counts(&patch);
+    // Counted per file by libgit2, not read back from `patch`: a name git quotes in a
+    // header, a content line starting with `++ `, or a cut patch would miscount.
+    let counts = ws
+        .store
+        .line_counts(from_tree, to_tree, &shown)
+        .map_err(git)?;
     let files: Vec<Value> = changes
         .iter()
         .map(|c| {
@@ -141,25 +127,28 @@ pub fn diff_cmd(a: DiffArgs) -> CliResult {
         print_json(&v);
         return Ok(ExitCode::SUCCESS);
     }
+    // Genids, paths and the patch come from the workspace and the candidate trees: each
+    // is escaped (paths quoted as git quotes them) so none can print a line of its own.
     println!(
-        "gen {} ({}) against gen {against} ({}): {} file(s) changed in target/ and operators/",
-        a.genid,
+        "gen {} ({}) against gen {} ({}): {} file(s) changed in target/ and operators/",
+        display::text(&a.genid),
         short(to),
+        display::text(&against),
         short(from),
         files.len()
     );
     if a.stat {
-        for f in &files {
+        for (c, f) in changes.iter().zip(&files) {
             println!(
                 "  {:<9} {} (+{} -{})",
-                f["change"].as_str().unwrap_or(""),
-                f["path"].as_str().unwrap_or(""),
+                kind(c),
+                display::path(&c.path),
                 f["insertions"],
                 f["deletions"]
             );
         }
     } else {
-        print!("{patch}");
+        print!("{}", display::patch(&patch));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -179,13 +168,5 @@ mod tests {
         assert!(!shown("targets/x"));
         assert!(!shown("evaluator/tasks/a/task.toml"));
         assert!(!shown("recipe.yaml"));
-    }
-
-    #[test]
-    fn line_counts_per_file() {
-        let patch = "diff --git a/target/a.txt b/target/a.txt\nindex 1..2 100644\n--- a/target/a.txt\n+++ b/target/a.txt\n@@ -1,2 +1,2 @@\n-old\n+new\n+more\n same\ndiff --git a/target/b.txt b/target/b.txt\n--- a/target/b.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-gone\n";
-        let c = line_counts(patch);
-        assert_eq!(c["target/a.txt"], (2, 1));
-        assert_eq!(c["target/b.txt"], (0, 1));
     }
 }

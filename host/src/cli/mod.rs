@@ -168,14 +168,16 @@ impl CliError {
     }
 }
 
+/// On a terminal each part is one escaped line: an error can quote what an operator
+/// returned, a path in a candidate tree or a line of the archive.
 impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "evolve: {}", self.what)?;
+        write!(f, "evolve: {}", crate::display::text(&self.what))?;
         if let Some(place) = &self.place {
-            write!(f, " ({place})")?;
+            write!(f, " ({})", crate::display::text(place))?;
         }
         if let Some(hint) = &self.hint {
-            write!(f, "\n  hint: {hint}")?;
+            write!(f, "\n  hint: {}", crate::display::text(hint))?;
         }
         Ok(())
     }
@@ -267,15 +269,16 @@ fn export_cmd(a: ExportArgs) -> CliResult {
             "ok": true, "bundle": done.dir, "tags": done.tags, "files": done.files,
         }));
     } else {
+        let dir = done.dir.display().to_string();
         println!(
             "exported {} ({} gen/* tag(s); {})",
-            done.dir.display(),
+            crate::display::text(&dir),
             done.tags,
             done.files.join(", ")
         );
         println!(
             "check it anywhere: evolve verify --bundle {}",
-            done.dir.display()
+            crate::display::text(&dir)
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -2,6 +2,7 @@
 
 use super::{CliError, CliResult, print_json, runtime, samples, scaffold};
 use crate::builtin;
+use crate::display;
 use crate::sandbox::{
     self, Capabilities, GrantRequest, Grants, Limits, LoadedOperator, Sandbox, SandboxConfig,
     StageInput, StageOutput, parse_world, stage_name, types::Stage,
@@ -197,18 +198,20 @@ fn list(json_out: bool) -> CliResult {
             println!(
                 "{:width$}  {}",
                 spec_of(r),
-                r["summary"].as_str().unwrap_or("")
+                display::text(r["summary"].as_str().unwrap_or(""))
             );
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
+/// `stage/name`, as the component describes itself (escaped: a component file names
+/// itself, and so does its summary, its schema and its messages).
 fn spec_of(r: &Value) -> String {
     format!(
         "{}/{}",
-        r["stage"].as_str().unwrap_or("?"),
-        r["name"].as_str().unwrap_or("?")
+        display::text(r["stage"].as_str().unwrap_or("?")),
+        display::text(r["name"].as_str().unwrap_or("?"))
     )
 }
 
@@ -220,7 +223,11 @@ fn describe(spec: &str, json_out: bool) -> CliResult {
         print_json(&v);
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{}  {}", spec_of(&v), v["summary"].as_str().unwrap_or(""));
+    println!(
+        "{}  {}",
+        spec_of(&v),
+        display::text(v["summary"].as_str().unwrap_or(""))
+    );
     println!("sha256: {}", v["sha256"].as_str().unwrap_or(""));
     println!("imports: {}", capability_list(op.stage));
     println!("configuration:");
@@ -257,7 +264,7 @@ fn print_schema(schema: &Value) {
                 if let Some(desc) = field["description"].as_str() {
                     line.push_str(&format!(" — {desc}"));
                 }
-                println!("{line}");
+                println!("{}", display::text(&line));
             }
         }
         _ => println!("  (none)"),
@@ -309,7 +316,11 @@ fn check(spec: &str, config: &str, json_out: bool) -> CliResult {
                         .as_str()
                         .filter(|p| !p.is_empty())
                         .unwrap_or("(config)");
-                    eprintln!("- {path}: {}", v["message"].as_str().unwrap_or(""));
+                    eprintln!(
+                        "- {}: {}",
+                        display::text(path),
+                        display::text(v["message"].as_str().unwrap_or(""))
+                    );
                 }
             }
             Ok(ExitCode::from(1))
@@ -393,7 +404,7 @@ fn run_sample(
             } else {
                 eprintln!(
                     "ran {} ({} stage) on the sample input in {:.1} ms",
-                    op.origin,
+                    display::text(&op.origin),
                     stage_name(op.stage),
                     report.elapsed.as_secs_f64() * 1e3
                 );
@@ -403,7 +414,9 @@ fn run_sample(
         }
         Err(failure) => {
             if !stderr.trim().is_empty() {
-                eprintln!("{}", stderr.trim_end());
+                for line in display::lines(stderr.trim_end()) {
+                    eprintln!("{line}");
+                }
             }
             Err(CliError {
                 code: 1,

@@ -4,7 +4,13 @@
 //! done/total, best score so far, elapsed time, budget), with the run's narrative lines
 //! printed above it. Otherwise (a pipe, a log file, CI): plain lines, one per event,
 //! each stamped with the elapsed time.
+//!
+//! Events carry text operators chose (a gate's reason in a note, a stage's outcome, a
+//! genid), so every line is escaped ([`display::text`]) before it is written: a newline
+//! or a carriage return in a reason cannot print a line of its own or overwrite the
+//! status line.
 
+use crate::display;
 use crate::lifecycle::fmt_score;
 use crate::lifecycle::progress::{Event, ProgressSink};
 use crate::sandbox::Cancel;
@@ -178,15 +184,16 @@ impl ProgressSink for Renderer {
         let mut err = std::io::stderr().lock();
         if !self.tty {
             if let Some(line) = plain {
-                let _ = writeln!(err, "[{}] {line}", clock(elapsed));
+                let _ = writeln!(err, "[{}] {}", clock(elapsed), display::text(&line));
             }
             return;
         }
         // Narrative lines scroll above the status line; progress only redraws it.
         if let Event::Note(line) = e {
-            let _ = writeln!(err, "\r\x1b[2K{line}");
+            let _ = writeln!(err, "\r\x1b[2K{}", display::text(line));
         }
-        let _ = write!(err, "\r\x1b[2K{}", clip(&status.line(elapsed), width() - 1));
+        let line = display::text(&status.line(elapsed)).into_owned();
+        let _ = write!(err, "\r\x1b[2K{}", clip(&line, width() - 1));
         let _ = err.flush();
         *shown = true;
     }

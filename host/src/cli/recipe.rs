@@ -120,8 +120,9 @@ fn check(path: &PathBuf, json_out: bool) -> CliResult {
             path.display(),
             checked.violations.len()
         );
+        // A violation quotes the recipe's own text.
         for v in &checked.violations {
-            eprintln!("{v}");
+            eprintln!("{}", crate::display::text(&v.to_string()));
         }
     }
     Ok(ExitCode::from(1))

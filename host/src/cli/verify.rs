@@ -5,6 +5,7 @@
 
 use super::bundle;
 use super::{CliResult, print_json};
+use crate::display;
 use crate::workspace::{Workspace, layout};
 use clap::Args;
 use evolve_archive::{PublicKey, Report};
@@ -174,14 +175,15 @@ fn print_verdict(report: &Report, extra: &[String], bundle: &[String], json_out:
             "champion": report.champion,
         }));
     } else {
+        // A finding quotes what it found (a genid, a path, a field of a damaged line).
         for f in bundle {
-            println!("bundle: {f}");
+            println!("bundle: {}", display::text(f));
         }
         for f in &report.findings {
-            println!("{f}");
+            println!("{}", display::text(&f.to_string()));
         }
         for f in extra {
-            println!("repository: {f}");
+            println!("repository: {}", display::text(f));
         }
         println!(
             "verify: {} ({} line(s), {} certified; champion {})",
@@ -191,7 +193,7 @@ fn print_verdict(report: &Report, extra: &[String], bundle: &[String], json_out:
             report
                 .champion
                 .as_ref()
-                .map(|c| format!("gen {} {:.4}", c.genid, c.score))
+                .map(|c| format!("gen {} {:.4}", display::text(&c.genid), c.score))
                 .unwrap_or_else(|| "none".into())
         );
     }

@@ -2,6 +2,7 @@
 //! `retry` (`verify` is in `verify.rs`, `diff` in `diff.rs`). Each takes `--json`.
 
 use super::{CliError, CliResult, print_json, runtime};
+use crate::display;
 use crate::lifecycle::progress::Progress;
 use crate::lifecycle::{self, Driver, RunOptions, State};
 use crate::sandbox::{self, Sandbox, SandboxConfig};
@@ -173,8 +174,8 @@ fn print_init(a: &InitArgs, done: &init::Initialized, next: bool) -> CliResult {
     } else {
         println!(
             "initialized {} (experiment {})",
-            done.root.display(),
-            done.experiment_id
+            display::text(&done.root.display().to_string()),
+            display::text(&done.experiment_id)
         );
         println!("  gen/0 = {}", done.commit);
         println!(
@@ -186,7 +187,10 @@ fn print_init(a: &InitArgs, done: &init::Initialized, next: bool) -> CliResult {
             done.key_path.display()
         );
         if next {
-            println!("next: evolve run {}", a.dir.display());
+            println!(
+                "next: evolve run {}",
+                display::text(&a.dir.display().to_string())
+            );
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -243,7 +247,7 @@ pub fn run_cmd(a: RunArgs) -> CliResult {
             summary
                 .champion
                 .as_deref()
-                .map(|c| format!("gen {c}"))
+                .map(|c| format!("gen {}", display::text(c)))
                 .unwrap_or_else(|| "none".into())
         );
         println!(
@@ -259,7 +263,7 @@ pub fn run_cmd(a: RunArgs) -> CliResult {
             println!(
                 "  sealed acceptance: gen 0 {} -> gen {} {}",
                 s(acc["baseline"]["score"].as_f64()),
-                acc["champion"]["genid"].as_str().unwrap_or("?"),
+                display::text(acc["champion"]["genid"].as_str().unwrap_or("?")),
                 s(acc["champion"]["score"].as_f64())
             );
         }
@@ -409,15 +413,26 @@ pub fn status_cmd(a: DirArgs) -> CliResult {
         }));
         return Ok(ExitCode::SUCCESS);
     }
-    println!("experiment {} ({})", ws.experiment_id, ws.root().display());
+    println!(
+        "experiment {} ({})",
+        display::text(&ws.experiment_id),
+        display::text(&ws.root().display().to_string())
+    );
     println!(
         "  generations: {generations} (max {})",
         ws.recipe.experiment.max_generations
     );
-    let list: Vec<String> = counts.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let list: Vec<String> = counts
+        .iter()
+        .map(|(k, v)| format!("{} {v}", display::text(k)))
+        .collect();
     println!("  by status: {}", list.join(", "));
     match &report.champion {
-        Some(c) => println!("  champion: gen {} (score {:.4})", c.genid, c.score),
+        Some(c) => println!(
+            "  champion: gen {} (score {:.4})",
+            display::text(&c.genid),
+            c.score
+        ),
         None => println!("  champion: none yet"),
     }
     println!(
@@ -477,7 +492,9 @@ pub fn log_cmd(a: DirArgs) -> CliResult {
         "gen", "parent", "status", "score", "verdict", "changed"
     );
     for r in &rows {
-        let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("-").to_string();
+        // Every column but the numbers is archive text an operator could have chosen.
+        let s =
+            |k: &str| display::text(r.get(k).and_then(Value::as_str).unwrap_or("-")).into_owned();
         let score = r
             .get("score")
             .and_then(Value::as_f64)
@@ -545,23 +562,27 @@ pub fn show_cmd(a: GenArgs) -> CliResult {
         );
         return Ok(ExitCode::SUCCESS);
     }
+    // Everything below but the numbers and the digests is text an operator, a script or
+    // the candidate tree chose (reasons, verdicts, annotations, events, logs): each piece
+    // is escaped, so none can print a line of its own or reorder the ones around it.
+    let t = |s: &str| display::text(s).into_owned();
     println!(
         "generation {} (parent {})",
-        row.genid,
-        row.parent.as_deref().unwrap_or("-")
+        t(&row.genid),
+        t(row.parent.as_deref().unwrap_or("-"))
     );
     println!(
         "  status: {}  score: {}  verdict: {}",
-        row.display_status(),
+        t(&row.display_status()),
         lifecycle::fmt_score(row.score()),
-        row.verdict.as_deref().unwrap_or("-")
+        t(row.verdict.as_deref().unwrap_or("-"))
     );
     if let Some(reason) = &row.reason {
-        println!("  reason: {reason}");
+        println!("  reason: {}", t(reason));
     }
     println!(
         "  tag gen/{}: {}",
-        row.genid,
+        t(&row.genid),
         ws.tag_commit(&row.genid).unwrap_or_else(|| "(none)".into())
     );
     if let Some(sha) = &recipe {
@@ -570,43 +591,39 @@ pub fn show_cmd(a: GenArgs) -> CliResult {
     if reasons.is_empty() {
         println!("  eligible as a parent");
     } else {
+        let reasons: Vec<String> = reasons.iter().map(|r| t(r)).collect();
         println!("  not an eligible parent: {}", reasons.join("; "));
     }
     for a in &row.anchors {
         println!(
             "  sealed anchor: {} score {}",
-            a.outcome().unwrap_or("-"),
+            t(a.outcome().unwrap_or("-")),
             lifecycle::fmt_score(a.score())
         );
     }
     if !row.annotations.is_empty() {
-        println!("  annotations: {}", Value::Object(row.annotations.clone()));
+        // serde_json escapes C0 controls but leaves DEL, C1 and bidi controls raw.
+        let annotations = Value::Object(row.annotations.clone()).to_string();
+        println!("  annotations: {}", t(&annotations));
     }
     println!("  events:");
     for e in &events {
         println!(
             "    #{} {} {}",
             e["seq"],
-            e["type"].as_str().unwrap_or("?"),
+            t(e["type"].as_str().unwrap_or("?")),
             summarize_body(&e["body"])
         );
     }
     for (stage, l) in &logs {
-        println!("  {stage}: {}", l["result"]);
-        let err = l["stderr"].as_str().unwrap_or("");
-        if !err.trim().is_empty() {
-            println!(
-                "    stderr: {}",
-                err.trim()
-                    .lines()
-                    .rev()
-                    .take(5)
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
-                    .collect::<Vec<_>>()
-                    .join("\n            ")
-            );
+        println!("  {stage}: {}", t(&l["result"].to_string()));
+        let err = l["stderr"].as_str().unwrap_or("").trim();
+        if !err.is_empty() {
+            // The last five lines, each escaped on its own: a carriage return or an
+            // escape sequence in one cannot overwrite another.
+            let last: Vec<_> = display::lines(err).collect();
+            let last = &last[last.len().saturating_sub(5)..];
+            println!("    stderr: {}", last.join("\n            "));
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -632,17 +649,16 @@ fn summarize_body(body: &Value) -> String {
                 .as_str()
                 .map(str::to_string)
                 .unwrap_or_else(|| v.to_string());
-            parts.push(format!(
-                "{k}={}",
-                if text.len() > 120 {
-                    format!(
-                        "{}…",
-                        &text[..text.char_indices().nth(117).map_or(text.len(), |(i, _)| i)]
-                    )
-                } else {
-                    text
-                }
-            ));
+            // Cut first, then escape: an escape is never cut in half.
+            let text = if text.len() > 120 {
+                format!(
+                    "{}…",
+                    &text[..text.char_indices().nth(117).map_or(text.len(), |(i, _)| i)]
+                )
+            } else {
+                text
+            };
+            parts.push(format!("{k}={}", display::text(&text)));
         }
     }
     parts.join(" ")
@@ -654,8 +670,9 @@ pub fn repair_cmd(a: DirArgs) -> CliResult {
     if a.json {
         print_json(&json!({"actions": actions}));
     } else {
+        // An action names paths in the workspace (a preserved worktree's edits).
         for line in &actions {
-            println!("{line}");
+            println!("{}", display::text(line));
         }
         println!(
             "repair: {}",
@@ -710,9 +727,10 @@ pub fn checkout_cmd(a: CheckoutArgs) -> CliResult {
         print_json(&json!({"genid": genid, "commit": commit.to_string(), "dir": a.dest}));
     } else {
         println!(
-            "generation {genid} (commit {}) written to {}",
+            "generation {} (commit {}) written to {}",
+            display::text(&genid),
             &commit.to_string()[..12],
-            a.dest.display()
+            display::text(&a.dest.display().to_string())
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -737,7 +755,11 @@ pub fn retry_cmd(a: GenArgs) -> CliResult {
     if a.json {
         print_json(&json!({"genid": a.genid, "outcome": outcome}));
     } else {
-        println!("retry gen {}: {outcome}", a.genid);
+        println!(
+            "retry gen {}: {}",
+            display::text(&a.genid),
+            display::text(&outcome)
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -161,12 +161,14 @@ async fn normalize(
                     } else {
                         &v.path
                     };
-                    format!("- {path}: {}", v.message)
+                    format!("{path}: {}", v.message)
                 })
                 .collect();
+            // One line (the CLI prints an error as one escaped line): the messages come
+            // from the driver component.
             Err(RunError::new(format!(
-                "--driver-config does not fit {spec}:\n{}",
-                lines.join("\n")
+                "--driver-config does not fit {spec}: {}",
+                lines.join("; ")
             ))
             .hint(format!(
                 "`evolve operator describe {spec}` shows its configuration"

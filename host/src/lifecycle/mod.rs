@@ -352,10 +352,12 @@ impl Driver {
             .map_or_else(|_| Default::default(), |t| *t)
     }
 
+    /// One line of the run's narrative: to the progress sink, else to stderr, escaped
+    /// there (a line quotes operators' reasons and notes; the sink escapes its own).
     pub(crate) fn say(&self, line: impl AsRef<str>) {
         let line = line.as_ref();
         if self.verbose && !self.progress.emit(progress::Event::Note(line.to_string())) {
-            eprintln!("{line}");
+            eprintln!("{}", crate::display::text(line));
         }
     }
 

@@ -1,6 +1,9 @@
 //! A mutate operator for the lifecycle tests (test component). `config.action`:
 //! - `climb`: write `0.<generation+1>` (capped at 0.9) into `/target/value.txt`;
-//! - `write`: write `config.content` to `/target/<config.path>`;
+//! - `write`: write `config.content` to `/target/<config.path>` (with `config.claim:
+//!   false`, without naming it in `changed`: the framework reads the tree's actual diff,
+//!   so a name the result check would refuse, one with a newline, still reaches the
+//!   candidate tree, as it would from a hostile operator);
 //! - `symlink`: plant `/target/<config.path>` -> `config.content`;
 //! - `none`: change nothing;
 //! - `dump`: print every file it can read (under its grants) to stdout, then `climb`;
@@ -17,7 +20,7 @@
 #[path = "../../attacks.rs"]
 mod attacks;
 
-use evolve_operator_sdk::config::{integer, string};
+use evolve_operator_sdk::config::{boolean, integer, string};
 use evolve_operator_sdk::prelude::*;
 
 pub struct ScriptedMutate;
@@ -32,6 +35,7 @@ impl Operator for ScriptedMutate {
             .field("path", string())
             .field("content", string())
             .field("sleep_ms", integer().minimum(0.0))
+            .field("claim", boolean())
     }
 }
 
@@ -97,7 +101,11 @@ impl Mutate for ScriptedMutate {
                     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
                 }
                 std::fs::write(&full, &content).map_err(|e| format!("{full}: {e}"))?;
-                Ok(proposal(vec![format!("target/{path}")], "wrote".into()))
+                let claimed = match ctx.bool("claim") {
+                    Some(false) => vec![],
+                    _ => vec![format!("target/{path}")],
+                };
+                Ok(proposal(claimed, "wrote".into()))
             }
             "symlink" => {
                 attacks::make_symlink(&content, &format!("/target/{path}"))
