@@ -95,7 +95,12 @@ impl Drop for Served {
 }
 
 fn serve(f: &Fixture, ws: &Path) -> Served {
-    let mut child = evolve(f, &["view", ws.to_str().unwrap(), "--json"])
+    serve_with(evolve(f, &["view", ws.to_str().unwrap(), "--json"]))
+}
+
+/// Start `evolve view … --json` as `cmd` says and read its address.
+fn serve_with(mut cmd: Command) -> Served {
+    let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -420,6 +425,42 @@ fn only_get_is_answered_and_only_on_127_0_0_1() {
     assert!(served.url.starts_with("http://127.0.0.1:"));
 }
 
+/// A socket opened and left silent, and one that sends half a request head, are closed by
+/// the server once `HEADER_READ_TIMEOUT` has passed (not held open), and a request sent at
+/// once is still answered.
+#[test]
+fn a_connection_without_a_whole_head_is_closed_after_the_header_timeout() {
+    let f = fixture();
+    let served = serve(f, &f.ws);
+    let timeout = evolve::viewer::HEADER_READ_TIMEOUT;
+    let started = Instant::now();
+    let silent = TcpStream::connect(("127.0.0.1", served.port)).unwrap();
+    let mut partial = TcpStream::connect(("127.0.0.1", served.port)).unwrap();
+    write!(
+        partial,
+        "GET /api/status HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n",
+        served.port
+    )
+    .unwrap();
+    for (what, mut socket) in [("silent", silent), ("half a head", partial)] {
+        socket.set_read_timeout(Some(timeout * 3)).unwrap();
+        let mut answer = Vec::new();
+        let read = socket.read_to_end(&mut answer);
+        let waited = started.elapsed();
+        let still_open = matches!(&read, Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut));
+        assert!(!still_open, "{what}: still open after {waited:?}");
+        assert!(
+            waited >= timeout.saturating_sub(Duration::from_secs(1)) && waited < timeout * 2,
+            "{what}: closed after {waited:?}, the timeout is {timeout:?}"
+        );
+        assert!(
+            !String::from_utf8_lossy(&answer).contains("200 OK"),
+            "{what}: answered"
+        );
+    }
+    assert_eq!(get(&served, "/api/status").status, 200);
+}
+
 // ------------------------------------------------------------------ read-only, live
 
 /// Every file under `dir` with its size and modification time.
@@ -584,6 +625,21 @@ fn chromium() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// Chromium, or `None` (the test then skips) outside CI when it is not installed.
+fn chromium_or_skip() -> Option<PathBuf> {
+    let found = chromium();
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "chromium is required in CI: host/tests/viewer-setup.sh installs it"
+        );
+        eprintln!(
+            "skipping the browser test: no `chromium` on PATH (run host/tests/viewer-setup.sh)"
+        );
+    }
+    found
+}
+
 /// A headless Chromium with a DevTools port; killed when dropped.
 struct Browser {
     child: Child,
@@ -639,23 +695,8 @@ fn launch(binary: &Path) -> Browser {
     }
 }
 
-#[test]
-fn in_chromium_the_tree_has_a_node_per_generation_and_a_click_shows_the_diff() {
-    let Some(binary) = chromium() else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "chromium is required in CI: host/tests/viewer-setup.sh installs it"
-        );
-        eprintln!(
-            "skipping the browser test: no `chromium` on PATH (run host/tests/viewer-setup.sh)"
-        );
-        return;
-    };
-    let f = fixture();
-    let served = serve(f, &f.ws);
-    let log = cli_json(f, &["log", "demo-ws", "--json"]);
-    let log = log.as_array().unwrap();
-    let browser = launch(&binary);
+/// A page of `browser` at 1440×1000, navigated to `url`.
+fn open_page(browser: &Browser, url: &str) -> Cdp {
     let mut cdp = Cdp::connect(&browser.ws_url);
     let target = cdp.call("Target.createTarget", json!({"url": "about:blank"}));
     let session = cdp.call(
@@ -668,7 +709,21 @@ fn in_chromium_the_tree_has_a_node_per_generation_and_a_click_shows_the_diff() {
         json!({"width": 1440, "height": 1000, "deviceScaleFactor": 1, "mobile": false}),
     );
     cdp.call("Page.enable", json!({}));
-    cdp.call("Page.navigate", json!({"url": served.url}));
+    cdp.call("Page.navigate", json!({"url": url}));
+    cdp
+}
+
+#[test]
+fn in_chromium_the_tree_has_a_node_per_generation_and_a_click_shows_the_diff() {
+    let Some(binary) = chromium_or_skip() else {
+        return;
+    };
+    let f = fixture();
+    let served = serve(f, &f.ws);
+    let log = cli_json(f, &["log", "demo-ws", "--json"]);
+    let log = log.as_array().unwrap();
+    let browser = launch(&binary);
+    let mut cdp = open_page(&browser, &served.url);
 
     // The page loads: the status bar and one tree node per generation.
     cdp.wait_until(
@@ -783,6 +838,188 @@ fn in_chromium_the_tree_has_a_node_per_generation_and_a_click_shows_the_diff() {
         "(() => { const gens = []; for (let i = 0; i < 600; i++) gens.push({genid: String(i), generation: i, parent: i === 0 ? null : String(i % 7 === 0 || i < 7 ? Math.max(0, i - 7) : i - 1), status: 'benchmark_complete', class: i % 3 ? 'discarded' : 'kept', score: i / 600, verdict: 'keep', eligible: i % 3 === 0, champion: i === 597, sealed_anchor: null}); state.gens = gens; state.byId = new Map(gens.map(g => [g.genid, g])); renderTree(); renderChart(); return [document.querySelectorAll('#tree .node').length, document.querySelectorAll('#tree .label').length, document.querySelectorAll('#chart .point').length]; })()",
     );
     assert_eq!(big, json!([600, 0, 600]));
+}
+
+// ------------------------------------------------------------------ hostile text
+
+/// The bidi override: it shows `fdp.exe` as `exe.pdf` and, left open, reverses whatever
+/// follows it up to the end of its line.
+const RLO: char = '\u{202E}';
+
+/// How the page must show it: a visible escape.
+const RLO_SHOWN: &str = "\\u{202E}";
+
+/// A gate that keeps every child, with a reason and a stderr line holding an override.
+const HOSTILE_GATE: &str = "fn decide(ctx, child, parent) {\n  print(\"gate stderr \\u202Eevil\");\n  #{verdict: \"keep\", reason: \"kept \\u202Esdrawkcab\"}\n}\n";
+
+/// A run whose generation 1 carries text chosen to reorder the page: a changed file named
+/// `target/hostile/\u{202E}fdp.exe` (holding one more override), task names ending in `\u{202E}fdp.exe`, a gate reason and
+/// gate stderr with an override, and a record note whose open override would reverse the
+/// annotation fields after it (and the archive event's).
+fn hostile_run() -> ws::Exp {
+    let e = ws::Exp::new(&ws::Spec {
+        mutate: json!({"action": "write", "path": format!("hostile/{RLO}fdp.exe"), "content": format!("x {RLO}abc, after\n")}),
+        gate: (
+            "script".into(),
+            json!({"source": "operators/gate/hostile.rhai"}),
+        ),
+        surface: vec!["target/**".into()],
+        generations: 1,
+        ..ws::Spec::default()
+    });
+    let root = e.root().to_path_buf();
+    for task in std::fs::read_dir(root.join("tasks")).unwrap().flatten() {
+        let name = task.file_name().into_string().unwrap();
+        std::fs::rename(
+            task.path(),
+            root.join("tasks").join(format!("{name}-{RLO}fdp.exe")),
+        )
+        .unwrap();
+    }
+    let script = root.join("operators/gate/hostile.rhai");
+    std::fs::create_dir_all(script.parent().unwrap()).unwrap();
+    std::fs::write(script, HOSTILE_GATE).unwrap();
+    let recipe = std::fs::read_to_string(root.join("recipe.yaml")).unwrap();
+    let note = json!({"note": format!("note {RLO}abc")});
+    let recipe = recipe.replace(
+        "  record: {operator: notes}",
+        &format!("  record: {{operator: notes, config: {note}}}"),
+    );
+    assert!(recipe.contains("abc"), "{recipe}");
+    std::fs::write(root.join("recipe.yaml"), recipe).unwrap();
+    e.init();
+    e.run_ok(&["run", "ws", "--quiet"]);
+    e
+}
+
+/// A page function: the first element matching `selector` whose text holds `needle`, with
+/// its `innerText` and, for each character of `needle` there, the left and top of its box.
+const LAYOUT_JS: &str = r#"((selector, needle) => {
+  const el = [...document.querySelectorAll(selector)].find((e) => e.textContent.includes(needle));
+  if (!el) return null;
+  const nodes = [];
+  let text = "";
+  const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+  for (let n = walk.nextNode(); n; n = walk.nextNode()) { nodes.push([n, text.length]); text += n.data; }
+  const at = text.indexOf(needle);
+  const boxes = [];
+  for (let i = at; i < at + needle.length; i++) {
+    const [node, start] = nodes.filter(([, s]) => s <= i).pop();
+    const r = document.createRange();
+    r.setStart(node, i - start);
+    r.setEnd(node, i - start + 1);
+    const b = r.getBoundingClientRect();
+    boxes.push([b.left, b.top]);
+  }
+  return { innerText: el.innerText, boxes };
+})"#;
+
+/// The boxes of `needle`'s characters in the first `selector` element holding it, and
+/// that element's `innerText`; fails when no such element exists.
+fn layout_of(cdp: &mut Cdp, what: &str, selector: &str, needle: &str) -> (String, Vec<(f64, f64)>) {
+    let args = format!("{}, {}", json!(selector), json!(needle));
+    let found = cdp.eval(&format!("{LAYOUT_JS}({args})"));
+    assert!(found.is_object(), "{what}: no {selector} holds {needle:?}");
+    let boxes = found["boxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| (b[0].as_f64().unwrap(), b[1].as_f64().unwrap()))
+        .collect();
+    (found["innerText"].as_str().unwrap().to_string(), boxes)
+}
+
+/// `needle`'s characters in the first `selector` element holding it are laid out in
+/// logical order: each to the right of the one before it on the same line.
+fn assert_in_logical_order(cdp: &mut Cdp, what: &str, selector: &str, needle: &str) {
+    let (_, boxes) = layout_of(cdp, what, selector, needle);
+    let same_line: Vec<_> = boxes
+        .windows(2)
+        .filter(|w| (w[0].1 - w[1].1).abs() < 1.0)
+        .collect();
+    assert!(
+        same_line.len() * 2 >= needle.chars().count(),
+        "{what}: {needle:?} is scattered over lines: {boxes:?}"
+    );
+    for w in same_line {
+        assert!(
+            w[1].0 > w[0].0,
+            "{what}: {needle:?} is drawn out of order: {boxes:?}"
+        );
+    }
+}
+
+/// Text from evolved code and the candidate tree (a changed path, task names, a gate reason,
+/// operator stderr, an annotation's note and the archive event that records it) is drawn
+/// in logical order in real Chromium: each bidi override shown as a visible `\u{202E}`
+/// escape, and the fields after a note not reversed.
+#[test]
+fn in_chromium_bidi_controls_in_workspace_text_are_shown_not_obeyed() {
+    let Some(binary) = chromium_or_skip() else {
+        return;
+    };
+    let e = hostile_run();
+    let row = e.log().into_iter().find(|r| r["genid"] == "1").unwrap();
+    assert_eq!(row["verdict"], "keep", "{row}");
+    let served = serve_with(e.evolve(&["view", "ws", "--json"]));
+    let browser = launch(&binary);
+    let mut cdp = open_page(&browser, &format!("{}#gen-1", served.url));
+    cdp.wait_until(
+        "generation 1's detail",
+        // Null-safe: the first polls can run before the page has replaced about:blank.
+        "(() => { const d = document.getElementById('diff'); return !!d && d.dataset.state === 'loaded' && d.dataset.genid === '1' && document.querySelector('#detail table.trials') !== null; })()",
+    );
+    cdp.eval("document.querySelectorAll('details').forEach((d) => { d.open = true; })");
+
+    // Each value: the text before its override, and the text after it, which the override
+    // would draw reversed (and, in the annotations and the event, the fields after the note).
+    for (what, selector, before, after) in [
+        (
+            "changed paths",
+            "#detail-summary pre",
+            "added target/hostile/",
+            "fdp.exe",
+        ),
+        ("the diff", "#diff", "+x ", "abc, after"),
+        ("a task name", "#detail table.trials td", "-", "fdp.exe"),
+        (
+            "the gate reason",
+            "#detail-summary td",
+            "keep — kept ",
+            "sdrawkcab",
+        ),
+        ("gate stderr", "#detail details pre", "gate stderr ", "evil"),
+        (
+            "the annotations",
+            "#detail-summary td",
+            r#"{"note":"note "#,
+            r#"abc","predicted_fixes":[]}"#,
+        ),
+        (
+            "the record event",
+            "#detail details pre",
+            r#""annotations":{"note":"note "#,
+            r#"abc","predicted_fixes":[]}"#,
+        ),
+    ] {
+        assert_in_logical_order(&mut cdp, what, selector, after);
+        let shown = format!("{before}{RLO_SHOWN}{after}");
+        let (inner, _) = layout_of(&mut cdp, what, selector, after);
+        assert!(inner.contains(&shown), "{what}: {inner:?} lacks {shown:?}");
+        assert_in_logical_order(&mut cdp, what, selector, &shown);
+    }
+    // No bidi control is left anywhere in the page's text, and each escape is marked.
+    let raw = cdp
+        .eval(r"/[\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]/.test(document.body.textContent)");
+    assert_eq!(raw, json!(false), "a bidi control is drawn raw");
+    let escapes = cdp.eval(
+        "[...document.querySelectorAll('.bidi-escape')].map((e) => [e.textContent, getComputedStyle(e.closest('bdi')).unicodeBidi])",
+    );
+    let escapes = escapes.as_array().unwrap();
+    assert!(escapes.len() >= 6, "{escapes:?}");
+    for esc in escapes {
+        assert_eq!(esc, &json!([RLO_SHOWN, "isolate"]));
+    }
 }
 
 /// Standard base64 (the screenshot's encoding), without a dependency for it.

@@ -1,8 +1,11 @@
 //! `evolve view DIR`: a read-only local web viewer of a workspace.
 //!
-//! An axum server on `127.0.0.1` only (a free port unless `--port` names one) serves three
-//! embedded files (plain HTML, CSS and JavaScript, no build step, nothing from a CDN) and
-//! the JSON endpoints they read ([`data`]; documented in `docs/viewer.md`).
+//! An axum router, served on `127.0.0.1` only (a free port unless `--port` names one) by
+//! hyper's HTTP/1 server with a header-read timeout ([`HEADER_READ_TIMEOUT`]), answers with
+//! three embedded files (plain HTML, CSS and JavaScript, no build step, nothing from a CDN)
+//! and the JSON endpoints they read ([`data`]; documented in `docs/viewer.md`). The page
+//! draws every value from the workspace with its bidi controls shown, not obeyed, each
+//! value in an isolate of its own (`value()` in `assets/viewer.js`).
 //!
 //! Read-only by construction: the workspace is opened with [`Workspace::open`] (which
 //! creates nothing and takes no lock), every answer comes from reading the archive, the
@@ -22,12 +25,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use clap::Args;
 use data::{ApiError, Audit, Fingerprint};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use serde_json::{Value, json};
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 const INDEX_HTML: &str = include_str!("assets/index.html");
 const VIEWER_CSS: &str = include_str!("assets/viewer.css");
@@ -230,14 +236,48 @@ pub async fn bind(port: u16) -> std::io::Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, port))).await
 }
 
+/// How long a connection may take to send a request's head (its request line and
+/// headers), counted from when the server starts waiting for one: on a new connection
+/// and between the requests of a kept-alive one. A socket opened and left silent, or fed
+/// a byte at a time, is closed after this instead of being held; a browser on the
+/// loopback sends a whole head at once.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Serve `viewer` on `listener` until Ctrl-C.
+///
+/// Each connection is served by hyper's HTTP/1 server with a timer and
+/// [`HEADER_READ_TIMEOUT`]. `axum::serve` (0.8) gives hyper no timer, so its connections
+/// have no header timeout at all; hyper-util's auto (HTTP/1 or 2) builder would first
+/// wait, unbounded, for the bytes that tell the versions apart. Plain HTTP/1 is all the
+/// page needs.
 pub async fn serve(listener: tokio::net::TcpListener, viewer: Arc<Viewer>) -> std::io::Result<()> {
     let port = listener.local_addr()?.port();
-    axum::serve(listener, router(viewer, port))
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await
+    let app = router(viewer, port);
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    let stop = tokio::signal::ctrl_c();
+    tokio::pin!(stop);
+    loop {
+        let stream = tokio::select! {
+            _ = &mut stop => return Ok(()),
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                // A connection that failed before it was accepted, or no file descriptor
+                // to spare: a pause (so the loop does not spin), then the next one.
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let conn =
+            http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+        // A connection that ends in an error (a timed-out head, a reset) only ends itself.
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+    }
 }
 
 /// `evolve view DIR [--port N] [--json]`.

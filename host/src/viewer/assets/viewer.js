@@ -1,8 +1,10 @@
 // evolve view: plain JavaScript, no build step, no dependencies.
 // Reads the JSON endpoints documented in docs/viewer.md and draws the status bar, the
 // lineage tree (SVG, one element per node, layout computed once per refresh), the score
-// chart and the detail of the selected generation. Text from the workspace is always set
-// with textContent, never parsed as HTML.
+// chart and the detail of the selected generation. Text from the workspace is never parsed
+// as HTML, and every value from evolved code or a candidate tree is drawn by value()
+// (below): its bidi controls shown as visible escapes, the value isolated from its
+// neighbours.
 "use strict";
 
 const SVG_NS = "http://www.w3.org/2000/svg";
@@ -25,17 +27,96 @@ const state = {
 
 const $ = (id) => document.getElementById(id);
 
+// An element. `text` is the page's own wording (labels, numbers); `value` is text from
+// the workspace, drawn by value(); a `title` tooltip cannot hold markup, so its bidi
+// controls are escaped in place. A string child is the page's own wording too: workspace
+// text goes in as value(...).
 function html(tag, props = {}, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(props)) {
     if (v === undefined || v === null) continue;
     if (k === "text") e.textContent = String(v);
+    else if (k === "value") e.append(value(v));
     else if (k === "className") e.className = v;
     else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else if (k === "title") e.setAttribute(k, escapeBidi(v));
     else e.setAttribute(k, String(v));
   }
   for (const c of children) if (c !== null && c !== undefined) e.append(c);
   return e;
+}
+
+// ---------------------------------------------------------------- workspace text
+
+// File names in a candidate tree, operator notes, logs and errors, gate reasons,
+// annotations, task names and archive fields are chosen by the code being evolved. A bidi
+// formatting character in one would reorder what the page shows: `\u202Efdp.exe` reads as
+// `exe.pdf`, and an override left open in a note reverses the fields after it. So these
+// characters are never obeyed, only shown, and each value is its own isolate.
+const BIDI_CONTROLS = /[\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]/g;
+
+const bidiEscape = (c) => `\\u{${c.codePointAt(0).toString(16).toUpperCase()}}`;
+
+// `text` with each bidi control written as `\u{202E}` (for tooltips and SVG text).
+function escapeBidi(text) {
+  return String(text).replace(BIDI_CONTROLS, bidiEscape);
+}
+
+// `text` as a <bdi dir="ltr" class="value">: isolated (its direction cannot reach the text
+// around it, nor theirs it) with a left-to-right base like the page, and each bidi control
+// shown as a <span class="bidi-escape">\u{202E}</span>. The one place workspace text is drawn.
+function value(text) {
+  const s = String(text);
+  const b = document.createElement("bdi");
+  b.className = "value";
+  b.dir = "ltr";
+  let at = 0;
+  for (const m of s.matchAll(BIDI_CONTROLS)) {
+    if (m.index > at) b.append(s.slice(at, m.index));
+    const esc = document.createElement("span");
+    esc.className = "bidi-escape";
+    esc.textContent = bidiEscape(m[0]);
+    esc.title = "a bidi formatting character, shown instead of obeyed";
+    b.append(esc);
+    at = m.index + m[0].length;
+  }
+  if (at < s.length) b.append(s.slice(at));
+  return b;
+}
+
+// A JSON value as JSON.stringify writes it, every key and string a value() of its own, so
+// an override in one field (an annotation's note) cannot reverse the fields after it.
+function jsonValue(v) {
+  const frag = document.createDocumentFragment();
+  const walk = (x) => {
+    if (Array.isArray(x)) {
+      frag.append("[");
+      x.forEach((y, i) => { if (i) frag.append(","); walk(y); });
+      frag.append("]");
+    } else if (x !== null && typeof x === "object") {
+      frag.append("{");
+      Object.entries(x).forEach(([k, y], i) => {
+        if (i) frag.append(",");
+        frag.append(value(JSON.stringify(k)), ":");
+        walk(y);
+      });
+      frag.append("}");
+    } else if (typeof x === "string") {
+      frag.append(value(JSON.stringify(x)));
+    } else {
+      frag.append(JSON.stringify(x));
+    }
+  };
+  walk(v);
+  return frag;
+}
+
+// `items` drawn one after the other with `sep` between them (each item a Node or a string
+// of the page's own).
+function joined(items, sep) {
+  const frag = document.createDocumentFragment();
+  items.forEach((x, i) => { if (i) frag.append(sep); frag.append(x); });
+  return frag;
 }
 
 function svg(tag, attrs = {}) {
@@ -57,7 +138,8 @@ function showError(err) {
   const f = $("error");
   if (!err) { f.hidden = true; f.textContent = ""; return; }
   f.hidden = false;
-  f.textContent = `evolve view: ${err.message || err}`;
+  // The message can quote a genid from the address, or an answer of the server.
+  f.replaceChildren("evolve view: ", value(err.message || err));
 }
 
 const fmtScore = (v) => (typeof v === "number" && isFinite(v) ? v.toFixed(4) : "–");
@@ -70,18 +152,19 @@ function renderStatus(s) {
   const dl = $("status");
   dl.replaceChildren();
   const item = (label, ...value) => dl.append(html("div", {}, html("dt", { text: label }), html("dd", {}, ...value)));
-  item("experiment", s.experiment);
-  item("recipe", `${s.recipe.name} · ${s.recipe.engine} engine · ${Object.entries(s.recipe.operators).map(([k, v]) => `${k}=${v}`).join(" ")}`);
+  item("experiment", value(s.experiment));
+  const ops = Object.entries(s.recipe.operators).map(([k, v]) => joined([value(k), value(v)], "="));
+  item("recipe", value(s.recipe.name), " · ", value(s.recipe.engine), " engine · ", joined(ops, " "));
   if (s.champion) {
-    item("champion", `gen ${s.champion.genid} · score ${fmtScore(s.champion.score)} · sealed ${fmtScore(s.champion.sealed_anchor)}`);
+    item("champion", "gen ", value(s.champion.genid), ` · score ${fmtScore(s.champion.score)} · sealed ${fmtScore(s.champion.sealed_anchor)}`);
   } else {
     item("champion", "none yet");
   }
   if (s.genesis) item("gen 0", `score ${fmtScore(s.genesis.score)} · sealed ${fmtScore(s.genesis.sealed_anchor)}`);
-  const chips = Object.entries(s.by_status).map(([k, v]) => html("span", { className: "chip", text: `${k} ${v}` }));
+  const chips = Object.entries(s.by_status).map(([k, v]) => html("span", { className: "chip" }, value(k), ` ${v}`));
   item("generations", `${s.generations} of ${s.recipe.max_generations} `, ...chips);
   item("budget", `${fmtUsd(s.spent_usd)} of ${fmtUsd(s.budget_usd)}`);
-  if (s.in_progress.length) item("building", s.in_progress.map((g) => `gen ${g}`).join(", "));
+  if (s.in_progress.length) item("building", joined(s.in_progress.map((g) => joined(["gen ", value(g)], "")), ", "));
 
   const b = $("integrity");
   const ok = s.integrity.ok;
@@ -90,8 +173,11 @@ function renderStatus(s) {
   b.textContent = ok
     ? `verify ok · ${s.integrity.certified}/${s.integrity.lines} lines certified`
     : `verify FAIL · ${n} finding(s)`;
-  const lines = s.integrity.findings.map((f) => f.text).concat(s.integrity.repository_findings.map((f) => `repository: ${f}`));
-  $("findings").textContent = lines.join("\n") || "no findings";
+  // A finding quotes what it found (a genid, a path, a field of a damaged line).
+  const lines = s.integrity.findings.map((f) => value(f.text))
+    .concat(s.integrity.repository_findings.map((f) => joined(["repository: ", value(f)], "")));
+  if (lines.length) $("findings").replaceChildren(joined(lines, "\n"));
+  else $("findings").textContent = "no findings";
 }
 
 function toggleFindings() {
@@ -182,13 +268,13 @@ function renderTree() {
     node.setAttribute("tabindex", "0");
     node.setAttribute("role", "button");
     const title = svg("title");
-    title.textContent = `gen ${g.genid} · ${g.status}${g.verdict ? ` · ${g.verdict}` : ""} · score ${fmtScore(g.score)}${g.champion ? " · champion" : ""}`;
+    title.textContent = escapeBidi(`gen ${g.genid} · ${g.status}${g.verdict ? ` · ${g.verdict}` : ""} · score ${fmtScore(g.score)}${g.champion ? " · champion" : ""}`);
     node.append(title);
     if (g.champion) frag.append(svg("circle", { class: "ring", cx: x, cy: y, r: R + 4 }));
     frag.append(node);
     if (labels) {
       const t = svg("text", { class: `label${g.champion ? " champion" : ""}`, x: x + R + (g.champion ? 6 : 3), y: y + 3.5 });
-      t.textContent = g.genid;
+      t.textContent = escapeBidi(g.genid);
       frag.append(t);
     }
   }
@@ -264,7 +350,7 @@ function renderChart() {
   for (const g of ordered) {
     const c = svg("circle", { class: `point ${g.class}`, cx: x(g.generation), cy: y(g.score), r: 3.2, "data-genid": g.genid });
     const t = svg("title");
-    t.textContent = `gen ${g.genid}: ${fmtScore(g.score)} (${g.status}${g.verdict ? `, ${g.verdict}` : ""})`;
+    t.textContent = escapeBidi(`gen ${g.genid}: ${fmtScore(g.score)} (${g.status}${g.verdict ? `, ${g.verdict}` : ""})`);
     c.append(t);
     frag.append(c);
   }
@@ -272,7 +358,7 @@ function renderChart() {
     const cx = x(g.generation), cy = y(g.sealed_anchor), s = 5;
     const m = svg("path", { class: "anchor", d: `M${cx},${cy - s}L${cx + s},${cy}L${cx},${cy + s}L${cx - s},${cy}Z`, "data-genid": g.genid });
     const t = svg("title");
-    t.textContent = `sealed anchor, gen ${g.genid}: ${fmtScore(g.sealed_anchor)}`;
+    t.textContent = escapeBidi(`sealed anchor, gen ${g.genid}: ${fmtScore(g.sealed_anchor)}`);
     m.append(t);
     frag.append(m);
   }
@@ -281,13 +367,15 @@ function renderChart() {
 
 // ---------------------------------------------------------------- detail
 
+// Rows of [label, cell]: a cell is a Node, null (drawn "–"), or a value from the workspace.
 function kvTable(rows) {
   const table = html("table", { className: "kv" });
   for (const [k, v] of rows) {
     if (v === undefined) continue;
     const cell = html("td");
     if (v instanceof Node) cell.append(v);
-    else cell.textContent = v === null ? "–" : String(v);
+    else if (v === null) cell.textContent = "–";
+    else cell.append(value(v));
     table.append(html("tr", {}, html("th", { text: k }), cell));
   }
   return table;
@@ -295,17 +383,17 @@ function kvTable(rows) {
 
 function genLink(genid) {
   if (genid === null || genid === undefined) return "–";
-  return html("a", { text: `gen ${genid}`, href: `#gen-${genid}`, onclick: (e) => { e.preventDefault(); select(genid); } });
+  return html("a", { href: `#gen-${genid}`, onclick: (e) => { e.preventDefault(); select(genid); } }, "gen ", value(genid));
 }
 
 function mono(text, title) {
-  return html("span", { className: "mono", text, title });
+  return html("span", { className: "mono", value: text, title });
 }
 
 function logBlock(stage, name, log) {
   if (!log || !log.text) return null;
   const note = log.skipped_bytes ? ` (last ${log.text.length} of ${log.bytes} bytes)` : ` (${log.bytes} bytes)`;
-  return html("details", {}, html("summary", { text: `${stage} · ${name}${note}` }), html("pre", { text: log.text }));
+  return html("details", {}, html("summary", { text: `${stage} · ${name}${note}` }), html("pre", { value: log.text }));
 }
 
 function operatorsBlock(ops) {
@@ -319,9 +407,11 @@ function operatorsBlock(ops) {
       digestCell.append(mono(short(digest), `${digest} (${op.component_sha256 ? `from ${op.identity_from}` : "frozen in gen/0, not called"})`));
       if (op.component_sha256 && op.frozen_sha256 && op.component_sha256 !== op.frozen_sha256) digestCell.append(html("div", { className: "hint", text: `differs from gen/0's ${short(op.frozen_sha256)}` }));
     } else digestCell.textContent = "–";
-    if (op.script_sha256) digestCell.append(html("div", {}, mono(`script ${op.script_path || ""} ${short(op.script_sha256)}`, op.script_sha256)));
-    const call = !op.called ? "not called" : op.error ? `failed: ${op.error.kind || ""} ${op.error.message || ""}` : `ok · ${op.elapsed_ms} ms`;
-    table.append(html("tr", {}, html("td", { text: op.stage }), html("td", { text: op.operator || "–" }), digestCell, html("td", { text: call })));
+    if (op.script_sha256) digestCell.append(html("div", { className: "mono", title: op.script_sha256 }, "script ", value(op.script_path || ""), ` ${short(op.script_sha256)}`));
+    const call = !op.called ? "not called"
+      : op.error ? joined(["failed:", value(op.error.kind || ""), value(op.error.message || "")], " ")
+      : `ok · ${op.elapsed_ms} ms`;
+    table.append(html("tr", {}, html("td", { text: op.stage }), html("td", { value: op.operator || "–" }), digestCell, html("td", {}, call)));
     if (op.logs) for (const name of ["stdout", "stderr", "model"]) logs.push(logBlock(op.stage, name === "model" ? "model calls" : name, op.logs[name]));
   }
   const wrap = html("div", {}, table);
@@ -346,49 +436,51 @@ function trialsBlock(ev, title) {
   table.append(html("tr", {}, ...["task", "trial", "status", "reward", "error"].map((h) => html("th", { text: h }))));
   for (const t of ev.trials) {
     table.append(html("tr", {},
-      html("td", { className: "mono", text: t.task }),
+      html("td", { className: "mono", value: t.task }),
       html("td", { text: t.trial ?? "–" }),
-      html("td", { text: t.status ?? "–" }),
+      html("td", { value: t.status ?? "–" }),
       html("td", { text: typeof t.reward === "number" ? t.reward.toFixed(4) : "–" }),
-      html("td", { text: t.error_kind || t.timeout_owner || "" })));
+      html("td", { value: t.error_kind || t.timeout_owner || "" })));
   }
   wrap.append(table);
   return wrap;
 }
 
 function renderDetail(g) {
-  $("detail-title").replaceChildren(`Generation ${g.genid}`, html("span", { className: `class ${g.class}`, text: g.class }), g.champion ? html("span", { className: "class kept", text: "champion" }) : "");
-  const changes = (g.changes || []).map((c) => `${c.change || "?"} ${c.path}`).join("\n");
+  $("detail-title").replaceChildren("Generation ", value(g.genid), html("span", { className: `class ${g.class}`, text: g.class }), g.champion ? html("span", { className: "class kept", text: "champion" }) : "");
+  // One line per changed path; the path (a name from the candidate tree) is a value.
+  const changes = (g.changes || []).map((c) => joined([value(c.change || "?"), value(c.path)], " "));
   $("detail-summary").replaceChildren(kvTable([
     ["status", g.status],
     ["parent", genLink(g.parent)],
     ["score", fmtScore(g.score)],
-    ["verdict", g.verdict ? `${g.verdict}${g.gate_reason ? ` — ${g.gate_reason}` : ""}` : null],
+    ["verdict", g.verdict ? joined([value(g.verdict)].concat(g.gate_reason ? [value(g.gate_reason)] : []), " — ") : null],
     ["stopped at", g.failure_stage || undefined],
     ["reason", g.reason || undefined],
-    ["parent eligible", g.eligible ? "yes" : `no: ${g.ineligible_because.join("; ")}`],
+    ["parent eligible", g.eligible ? "yes" : joined(["no: ", joined(g.ineligible_because.map(value), "; ")], "")],
     ["commit", g.commit ? mono(g.commit) : null],
     ["tag gen/" + g.genid, g.tag ? mono(g.tag) : "(none)"],
     ["children", g.children],
     ["cost", `${fmtUsd(g.cost_usd)} certified · operators metered ${fmtUsd(g.usage.metered_cost_usd)}`],
-    ["operator claimed", g.usage.claimed ? JSON.stringify(g.usage.claimed) : undefined],
-    ["changed paths", changes ? html("pre", { className: "mono", text: changes }) : undefined],
-    ["notes", g.notes && g.notes.length ? g.notes.join("\n") : undefined],
-    ["annotations", Object.keys(g.annotations || {}).length ? JSON.stringify(g.annotations) : undefined],
+    ["operator claimed", g.usage.claimed ? html("span", {}, jsonValue(g.usage.claimed)) : undefined],
+    ["changed paths", changes.length ? html("pre", { className: "mono changes" }, joined(changes, "\n")) : undefined],
+    ["notes", g.notes && g.notes.length ? html("span", { className: "notes" }, joined(g.notes.map(value), "\n")) : undefined],
+    ["annotations", Object.keys(g.annotations || {}).length ? html("span", { className: "annotations" }, jsonValue(g.annotations)) : undefined],
   ]));
   const d = $("detail");
   d.replaceChildren(html("h3", { text: "Operators" }), operatorsBlock(g.operators));
   if (g.evaluation) d.append(trialsBlock(g.evaluation, `Evaluation (${g.evaluation.purpose})`));
   for (const a of g.anchors) d.append(trialsBlock(a, "Sealed anchor"));
-  d.append(html("details", {}, html("summary", { text: `archive events (${g.events.length})` }), html("pre", { className: "mono", text: g.events.map((e) => JSON.stringify(e)).join("\n") })));
+  const events = g.events.map((e) => html("span", {}, jsonValue(e)));
+  d.append(html("details", {}, html("summary", { text: `archive events (${g.events.length})` }), html("pre", { className: "mono events" }, joined(events, "\n"))));
 }
 
 function renderDiff(pre, diff, genid) {
   pre.replaceChildren();
   if (!diff.available) {
-    pre.append(html("span", { className: "note", text: diff.why }));
+    pre.append(html("span", { className: "note", value: diff.why }));
   } else if (!diff.text) {
-    pre.append(html("span", { className: "note", text: `no changes between gen ${diff.from} and gen ${diff.to}` }));
+    pre.append(html("span", { className: "note" }, "no changes between gen ", value(diff.from), " and gen ", value(diff.to)));
   } else {
     const frag = document.createDocumentFragment();
     for (const line of diff.text.split("\n")) {
@@ -398,7 +490,8 @@ function renderDiff(pre, diff, genid) {
       else if (line.startsWith("+")) cls = "add";
       else if (line.startsWith("-")) cls = "del";
       else if (line.startsWith("[diff truncated")) cls = "note";
-      frag.append(html("span", { className: cls, text: line }));
+      // A line of a candidate's patch: its file names and its content are the candidate's.
+      frag.append(html("span", { className: cls, value: line }));
     }
     pre.append(frag);
   }
@@ -430,7 +523,8 @@ async function loadChampionDiff() {
   const pre = $("champion-diff");
   try {
     const diff = await getJSON("/api/champion/diff");
-    $("champion-title").textContent = diff.available ? `Champion (gen ${diff.to}) against gen 0` : "Champion against gen 0";
+    if (diff.available) $("champion-title").replaceChildren("Champion (gen ", value(diff.to), ") against gen 0");
+    else $("champion-title").textContent = "Champion against gen 0";
     renderDiff(pre, diff, diff.to);
   } catch (e) {
     showError(e);
