@@ -4,7 +4,8 @@
 # Idempotent; safe to run on every CI run.
 #   - busybox-static + bash-static: the offline Docker base image (FROM scratch, see
 #     testdata/build-base-image.sh), loaded with `docker import`;
-#   - util-linux `unshare` (PID/mount/network namespaces for the local engine) is part of Debian;
+#   - bubblewrap (bwrap): the local engine's sandbox for every trial phase; util-linux
+#     (setpriv, which drops a phase to its dedicated uid) is part of Debian;
 #   - a Python >= 3.12 venv with `harbor` from PyPI under /var/cache/evolve-ci/harbor-venv, for
 #     the harbor-engine test (uses pyenv's 3.12 when the system python3 is older).
 set -euo pipefail
@@ -15,7 +16,8 @@ mkdir -p "$cache"
 need_apt=()
 [ -x /bin/busybox ] || need_apt+=(busybox-static)
 [ -x /bin/bash-static ] || need_apt+=(bash-static)
-command -v unshare >/dev/null || need_apt+=(util-linux)
+command -v bwrap >/dev/null || need_apt+=(bubblewrap)
+command -v setpriv >/dev/null || need_apt+=(util-linux)
 if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null

@@ -130,6 +130,10 @@ pub struct Evaluator {
     pub repetitions: u32,
     pub n_concurrent: u32,
     pub coverage_floor: f64,
+    /// Run local trials without the bubblewrap sandbox (explicit opt-in, recorded in the
+    /// workspace's runtime fingerprint).
+    #[serde(default)]
+    pub unconfined_trials: bool,
     pub anchor: Anchor,
 }
 
@@ -268,6 +272,12 @@ pub fn schema() -> Schema {
                     .field(
                         "coverage_floor",
                         number().default(json!(1)).minimum(0.0).maximum(1.0),
+                    )
+                    .field(
+                        "unconfined_trials",
+                        boolean().default(json!(false)).description(
+                            "Run the local engine's trials directly on the host, without the bubblewrap sandbox: the candidate's agent then sees the host (keys and workspace included). Only for machines that cannot run bubblewrap; recorded in every evaluation's runtime fingerprint",
+                        ),
                     )
                     .field(
                         "anchor",

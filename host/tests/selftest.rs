@@ -55,6 +55,7 @@ fn the_campaign_holds_for_three_trials_of_every_scenario() {
         "forged_signature",
         "dropped_reordered_lines",
         "moved_tag",
+        "agent_takes_key",
     ] {
         assert!(names.contains(&name), "{name} is missing: {names:?}");
     }

@@ -223,13 +223,26 @@ impl Notes {
     }
 }
 
-/// Make the engine the workspace's frozen configuration names.
-pub async fn make_engine(name: &str) -> Result<Arc<dyn Engine>> {
+/// Make the engine the workspace's frozen configuration names. A local engine that cannot
+/// contain its trials (and was not told to run them unconfined) fails here, before any
+/// generation spends budget.
+pub async fn make_engine(config: &crate::workspace::EngineConfig) -> Result<Arc<dyn Engine>> {
     use evaluator_harbor::engine::{
-        docker::DockerEngine, harbor::HarborEngine, local::LocalEngine,
+        contain, docker::DockerEngine, harbor::HarborEngine, local::LocalEngine,
     };
-    Ok(match name {
-        "local" => Arc::new(LocalEngine::default()),
+    Ok(match config.engine.as_str() {
+        "local" => {
+            if !config.unconfined_trials
+                && let Err(why) = contain::bubblewrap()
+            {
+                let e = contain::unavailable(why);
+                return Err(RunError::new(e.message).hint(e.hint.unwrap_or_default()));
+            }
+            Arc::new(LocalEngine {
+                unconfined: config.unconfined_trials,
+                ..LocalEngine::default()
+            })
+        }
         "docker" => Arc::new(DockerEngine::connect().await.map_err(|e| {
             RunError::new(format!("the docker engine is unavailable: {e}"))
                 .hint("start the Docker daemon, or use evaluator.engine: local")
@@ -313,7 +326,7 @@ impl Driver {
             surface.includes_dir(layout::OPERATORS_DIR),
         );
         stages.progress = progress.clone();
-        let engine = make_engine(&ws.engine.engine).await?;
+        let engine = make_engine(&ws.engine).await?;
         let model = model_client(&ws.recipe)?;
         let redactor = Redactor::new(&ws.task_set);
         let recipe = agent_driver::RecipeState::restore(&ws, &archive, &stages)?;

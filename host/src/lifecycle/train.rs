@@ -60,6 +60,27 @@ impl TrainTasks {
         }
     }
 
+    /// `text` without the host's absolute paths: an operator learns nothing of where the
+    /// workspace, its checkouts or its trials live.
+    fn scrub(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for (root, label) in [
+            (&self.out_root, "<trials>"),
+            (&self.checkout, "<candidate>"),
+        ] {
+            for form in [Some(root.clone()), std::fs::canonicalize(root).ok()]
+                .into_iter()
+                .flatten()
+            {
+                let s = form.to_string_lossy();
+                if !s.is_empty() {
+                    out = out.replace(&*s, label);
+                }
+            }
+        }
+        out
+    }
+
     /// What the trials run so far reported spending.
     pub fn spent_usd(&self) -> f64 {
         *self.spent.lock().unwrap_or_else(|p| p.into_inner())
@@ -93,7 +114,9 @@ impl TrainTasks {
         }
         let manifest =
             AgentManifest::load(&self.checkout.join(layout::TARGET_DIR)).map_err(|e| {
-                TasksError::Unavailable(format!("the candidate's agent is unusable: {e}"))
+                TasksError::Unavailable(
+                    self.scrub(&format!("the candidate's agent is unusable: {e}")),
+                )
             })?;
         let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
         let mut plan = EvaluationPlan::for_split(
@@ -110,7 +133,15 @@ impl TrainTasks {
         let result = run_evaluation(self.engine.clone(), &plan, &NoProgress).await;
         let cost: f64 = result.trials.iter().filter_map(|t| t.cost_usd).sum();
         *self.spent.lock().unwrap_or_else(|p| p.into_inner()) += cost;
-        let mut reports: Vec<TrialReport> = result.trials.iter().map(report).collect();
+        let mut reports: Vec<TrialReport> = result
+            .trials
+            .iter()
+            .map(|t| {
+                let mut r = report(t);
+                r.verifier_output = self.scrub(&r.verifier_output);
+                r
+            })
+            .collect();
         reports.sort_by(|a, b| a.task.cmp(&b.task).then(a.repetition.cmp(&b.repetition)));
         Ok(reports)
     }

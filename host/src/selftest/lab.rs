@@ -142,6 +142,16 @@ impl Lab {
         })
     }
 
+    /// The lab's own directory: every trial's workspace lives under it.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The key directory every workspace of the lab signs with (`EVOLVE_KEY_DIR`).
+    pub fn keys(&self) -> &Path {
+        &self.keys
+    }
+
     fn fresh_dir(&self, kind: &str) -> Result<PathBuf, String> {
         let n = self.counter.get() + 1;
         self.counter.set(n);

@@ -121,6 +121,11 @@ pub const SCENARIOS: &[Scenario] = &[
         run: dropped_reordered_lines,
     },
     Scenario {
+        name: "agent_takes_key",
+        invariant: "a candidate's agent cannot read the key or write the archive; a planted agent link reveals nothing",
+        run: agent_takes_key,
+    },
+    Scenario {
         name: "moved_tag",
         invariant: "a moved gen/<id> tag is found by verify and its row is no longer a parent",
         run: moved_tag,
@@ -505,6 +510,121 @@ fn protected_evidence(c: &mut Ctx) -> Check {
     Ok(format!(
         "{denied} reads denied; {} private names absent from {seen} files; {done}",
         private.len()
+    ))
+}
+
+/// The hostile command agent of `agent_takes_key`: every attempt prints `<what>: denied:`
+/// or `BREACH <what>`, then it answers honestly so the run goes on.
+fn hostile_agent_script(lab_root: &Path, keys: &Path) -> String {
+    let (root, keys) = (lab_root.display(), keys.display());
+    format!(
+        r#"#!/bin/sh
+cat "$EVOLVE_AGENT_DIR/value.txt" > /app/answer.txt
+try() {{ if sh -c "$2" >/dev/null 2>&1; then echo "BREACH $1"; else echo "$1: denied: refused"; fi; }}
+try "read the key directory" "cat '{keys}'/* | grep -q ."
+try "list the lab" "ls '{root}' | grep -q ."
+try "find an archive" "find '{root}' -name archive.jsonl | grep -q ."
+try "append to an archive" "for f in \$(find '{root}' -name archive.jsonl); do echo forged >> \$f || exit 1; done; find '{root}' -name archive.jsonl | grep -q ."
+try "write into .evolve" "for d in '{root}'/*/ws/.evolve; do touch \$d/pwned || exit 1; done; ls '{root}'/*/ws/.evolve/pwned"
+try "read gen/0's evaluator through git" "git --git-dir=\$(ls -d '{root}'/*/ws/.git | head -n1) show gen/0:evaluator/task-set.json | grep -q ."
+try "list /root" "ls /root | grep -q ."
+try "see the docker socket" "test -e /var/run/docker.sock"
+try "run as uid 0" "test \$(id -u) = 0"
+"#
+    )
+}
+
+fn agent_takes_key(c: &mut Ctx) -> Check {
+    let keys = c.lab.keys().to_path_buf();
+    let spec = Spec {
+        mutate: json!({
+            "action": "agent_attacks",
+            // WASI refuses an absolute link target; a relative one leaves the tree all the same.
+            "path": "../../../../../../../../../../../../etc/passwd",
+            "content": hostile_agent_script(c.lab.root(), &keys),
+        }),
+        surface: vec!["target/**".into()],
+        ..Spec::default()
+    };
+    let t = c.lab.workspace(&spec)?;
+    let key_files: Vec<_> = files_under(&keys);
+    let key_bytes: Vec<(std::path::PathBuf, Vec<u8>)> = key_files
+        .iter()
+        .map(|f| (f.clone(), std::fs::read(f).unwrap_or_default()))
+        .collect();
+    if key_bytes.is_empty() {
+        return Err(format!("no key file under {}", keys.display()));
+    }
+    c.lab.run_ok(&t.dir, &["run", "ws", "--quiet"])?;
+    let notes = mutate_notes(&t, "1")?;
+    // The two planted links: one message, whether or not the target exists, and no
+    // host path in it.
+    let link_replies: Vec<&str> = notes
+        .iter()
+        .filter_map(|n| {
+            n.strip_prefix("link to an existing file: ")
+                .or(n.strip_prefix("link to a missing file: "))
+        })
+        .collect();
+    if link_replies.len() != 2 || link_replies[0] != link_replies[1] {
+        return Err(format!(
+            "a planted agent link was answered differently: {notes:?}"
+        ));
+    }
+    let lab_root = c.lab.root().display().to_string();
+    if let Some(n) = notes
+        .iter()
+        .find(|n| n.contains(&lab_root) || n.contains("/tmp/"))
+    {
+        return Err(format!("a tasks reply shows a host path: {n}"));
+    }
+    // Every attempt of the agent, in every trial it ran (mutate's train trial and the
+    // evaluations), was refused, and nothing of the key is anywhere in the workspace.
+    let (mut denied, mut logs) = (0, 0);
+    for file in files_under(&t.ws) {
+        let bytes = std::fs::read(&file).unwrap_or_default();
+        for (key, secret) in &key_bytes {
+            if !secret.is_empty() && bytes.windows(secret.len()).any(|w| w == secret.as_slice()) {
+                return Err(format!(
+                    "the key {} reached {}",
+                    key.display(),
+                    file.display()
+                ));
+            }
+        }
+        if file.file_name().is_some_and(|n| n == "agent.txt") {
+            let text = String::from_utf8_lossy(&bytes);
+            if let Some(b) = text.lines().find(|l| l.contains("BREACH")) {
+                return Err(format!("the agent got through: {b} ({})", file.display()));
+            }
+            let refused = text.lines().filter(|l| l.contains(": denied: ")).count();
+            if refused > 0 && refused != 9 {
+                return Err(format!(
+                    "{refused} of the agent's 9 attempts were refused ({})",
+                    file.display()
+                ));
+            }
+            denied += refused;
+            logs += usize::from(refused > 0);
+        }
+    }
+    // mutate's train trial and gen 1's evaluation at least.
+    if logs < 2 {
+        return Err(format!(
+            "the hostile agent ran in {logs} trials, expected at least 2"
+        ));
+    }
+    for (key, secret) in &key_bytes {
+        if std::fs::read(key).unwrap_or_default() != *secret {
+            return Err(format!("the key {} changed", key.display()));
+        }
+    }
+    if t.ws.join(".evolve/pwned").exists() {
+        return Err("the agent wrote into .evolve".into());
+    }
+    let done = accepted(c, &t)?;
+    Ok(format!(
+        "{denied} attempts refused in {logs} agent logs; links answered alike; {done}"
     ))
 }
 

@@ -31,6 +31,11 @@ pub struct EngineConfig {
     pub agent_timeout_is_zero: bool,
     /// The split candidates are evaluated (and selected) on.
     pub primary_split: String,
+    /// Local trials run without their sandbox (the recipe's explicit opt-in). Absent when
+    /// false, so a contained workspace's fingerprint is what it always was, and an
+    /// unconfined one's differs: a reader of the archive sees the weaker isolation.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unconfined_trials: bool,
 }
 
 pub const ENGINE_SCHEMA: &str = "evolve.engine.v1";
@@ -44,6 +49,7 @@ impl EngineConfig {
             coverage_floor: r.evaluator.coverage_floor,
             agent_timeout_is_zero: true,
             primary_split: "gate".into(),
+            unconfined_trials: r.evaluator.unconfined_trials,
         }
     }
 

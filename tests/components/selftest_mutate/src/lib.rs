@@ -18,6 +18,12 @@
 //! - `disable_gate`: break `/operators/gate.wasm` (`config.variant`: `delete`,
 //!   `garbage`, `wrong_world`), then `climb`.
 //!
+//! - `agent_attacks`: turn the candidate's own agent against the host. First plant
+//!   `/target/agent.toml` as a link to `config.path` (a host file that exists) and to a
+//!   name beside it that does not, and run a train trial through `tasks` each time; then
+//!   restore the manifest, write `config.content` as `/target/agent.sh` (a hostile
+//!   command agent), run it through `tasks`, and `climb`. Each `tasks` reply is a note.
+//!
 //! `config.sleep_ms` busy-waits first, so the campaign can kill a run mid-mutation.
 
 #[path = "../../attacks.rs"]
@@ -26,6 +32,7 @@ mod attacks;
 use attacks::Report;
 use evolve_operator_sdk::config::{integer, string};
 use evolve_operator_sdk::prelude::*;
+use evolve_operator_sdk::tasks;
 
 pub struct SelftestMutate;
 
@@ -180,6 +187,58 @@ fn disable_gate(ctx: &Context) -> Result<Proposal, String> {
     Ok(p)
 }
 
+/// One train trial through the `tasks` capability, as a note: its status, reward and
+/// verifier output, or the error.
+fn train_trial(label: &str) -> String {
+    let first = tasks::train_tasks().into_iter().next();
+    let Some(task) = first else {
+        return format!("{label}: no train task");
+    };
+    match tasks::run(&tasks::RunRequest {
+        tasks: vec![task],
+        repetitions: 1,
+    }) {
+        Ok(reports) => reports
+            .iter()
+            .map(|t| {
+                format!(
+                    "{label}: {:?} reward {:?} output {:?}",
+                    t.status, t.reward, t.verifier_output
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+        Err(e) => format!("{label}: error {e:?}"),
+    }
+}
+
+fn agent_attacks(ctx: &Context) -> Result<Proposal, String> {
+    let host_file = ctx
+        .str("path")
+        .ok_or("config.path is required for agent_attacks")?;
+    let script = ctx
+        .str("content")
+        .ok_or("config.content is required for agent_attacks")?;
+    let manifest = "/target/agent.toml";
+    let honest = std::fs::read(manifest).map_err(|e| format!("{manifest}: {e}"))?;
+    let mut notes = Vec::new();
+    for (label, dest) in [
+        ("link to an existing file", host_file.to_string()),
+        ("link to a missing file", format!("{host_file}.missing")),
+    ] {
+        std::fs::remove_file(manifest).map_err(|e| format!("{manifest}: {e}"))?;
+        attacks::make_symlink(&dest, manifest).map_err(|e| format!("symlink {manifest}: {e}"))?;
+        notes.push(train_trial(label));
+    }
+    std::fs::remove_file(manifest).map_err(|e| format!("{manifest}: {e}"))?;
+    std::fs::write(manifest, honest).map_err(|e| format!("{manifest}: {e}"))?;
+    std::fs::write("/target/agent.sh", script).map_err(|e| format!("agent.sh: {e}"))?;
+    notes.push(train_trial("hostile agent"));
+    let mut p = climb(ctx, notes)?;
+    p.changed.push("target/agent.sh".into());
+    Ok(p)
+}
+
 impl Mutate for SelftestMutate {
     fn mutate(ctx: &Context, _observation: &Observation) -> Result<Proposal, String> {
         if let Some(ms) = ctx.i64("sleep_ms") {
@@ -209,6 +268,7 @@ impl Mutate for SelftestMutate {
             }
             "malformed" => malformed(ctx),
             "disable_gate" => disable_gate(ctx),
+            "agent_attacks" => agent_attacks(ctx),
             other => Err(format!("unknown action {other:?}")),
         }
     }
