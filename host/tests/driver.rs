@@ -370,5 +370,11 @@ fn bad_driver_arguments_are_usage_errors() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("- window:"), "{}", text(&out));
+    // One line, each violation `path: message` ('; ' between them): an error is printed
+    // as one escaped line.
+    assert!(
+        text(&out).contains("--driver-config does not fit stall_swap: window:"),
+        "{}",
+        text(&out)
+    );
 }
