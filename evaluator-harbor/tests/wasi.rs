@@ -121,3 +121,104 @@ async fn a_non_component_is_candidate_invalid() {
         r.trials[0]
     );
 }
+
+/// The hostile probes of the command-agent test, from a component: host paths, `..`
+/// through every preopen, writes outside its grants, a loopback listener, and a link
+/// planted where the host writes the agent's log.
+#[tokio::test]
+async fn a_hostile_component_agent_reaches_nothing_outside_its_preopens() {
+    let tmp = tempfile::tempdir().unwrap();
+    let keys = tmp.path().join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    std::fs::write(keys.join("exp.key"), "KEY-CANARY").unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let tasks = tmp.path().join("tasks");
+    write_task(
+        &tasks,
+        "probe",
+        "[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 20\n",
+        None,
+        Some("#!/bin/bash\n[ -e /app/probed ] && echo 1 > /logs/verifier/reward.txt\n"),
+    );
+    let host_paths = format!(
+        "{}:{}/exp.key:/etc/passwd:{}",
+        keys.display(),
+        keys.display(),
+        tasks.display()
+    );
+    let agent = target(
+        &tmp.path().join("target"),
+        &format!("[env]\nMODE = \"hostile\"\nHOST_PATHS = \"{host_paths}\"\nPORT = \"{port}\"\n"),
+    );
+    let r = run_dir(
+        Arc::new(LocalEngine::default()),
+        &tasks,
+        agent,
+        &tmp.path().join("out"),
+        1,
+    )
+    .await;
+    let t = &r.trials[0];
+    assert_eq!(t.status, TrialStatus::BenchmarkComplete, "{t:#?}");
+    assert_eq!(t.reward, Some(1.0));
+    // The host replaced the planted link with the real log instead of writing through it.
+    let log_path = t.logs.agent_dir.join("agent.txt");
+    assert!(std::fs::symlink_metadata(&log_path).unwrap().is_file());
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(log.contains("hostile probe done"), "{log}");
+    assert!(
+        log.contains("planted agent.txt link: true"),
+        "the probe should plant the link: {log}"
+    );
+    assert!(!log.contains("BREACH"), "{log}");
+    assert_eq!(
+        std::fs::read_to_string(keys.join("exp.key")).unwrap(),
+        "KEY-CANARY"
+    );
+    assert!(
+        listener.accept().is_err(),
+        "the component reached the listener"
+    );
+}
+
+/// A component that allocates past its task's `memory_mb` is stopped at the cap, and the
+/// trial is classified (the verifier still scores what it left).
+#[tokio::test]
+async fn a_component_agent_is_held_to_its_tasks_memory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tasks = tmp.path().join("tasks");
+    write_task(
+        &tasks,
+        "hog",
+        "[agent]\ntimeout_sec = 60\n[environment]\nmemory_mb = 64\n",
+        None,
+        Some("#!/bin/bash\necho 0 > /logs/verifier/reward.txt\n"),
+    );
+    let agent = target(&tmp.path().join("target"), "[env]\nMODE = \"hog\"\n");
+    let r = run_dir(
+        Arc::new(LocalEngine::default()),
+        &tasks,
+        agent,
+        &tmp.path().join("out"),
+        1,
+    )
+    .await;
+    let t = &r.trials[0];
+    assert_eq!(t.status, TrialStatus::BenchmarkComplete, "{t:#?}");
+    assert_eq!(t.agent_exit_code, Some(128), "{t:#?}");
+    let log = std::fs::read_to_string(t.logs.agent_dir.join("agent.txt")).unwrap();
+    let held: Vec<u64> = log
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("holding ")?
+                .strip_suffix(" MiB")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert!(!held.is_empty(), "{log}");
+    assert!(held.iter().all(|mib| *mib <= 64), "grew past 64 MiB: {log}");
+    assert!(t.logs.agent_dir.join("trap.txt").is_file());
+}

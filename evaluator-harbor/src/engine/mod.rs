@@ -35,8 +35,6 @@ pub struct TrialRequest {
     pub agent: Arc<AgentSpec>,
     /// An empty directory owned by this trial; the engine writes logs and result.json here.
     pub trial_dir: PathBuf,
-    /// Host paths the agent must not be able to read (task sources, snapshots).
-    pub hidden_paths: Vec<PathBuf>,
 }
 
 /// A trial engine. Engines never panic on bad input: every failure is a classified
@@ -100,8 +98,6 @@ pub struct EvaluationPlan {
     pub out_dir: PathBuf,
     pub n_concurrent: usize,
     pub policy: ScoringPolicy,
-    /// Extra host paths to hide from agents (e.g. the task-set root).
-    pub hidden_paths: Vec<PathBuf>,
 }
 
 impl EvaluationPlan {
@@ -142,7 +138,6 @@ impl EvaluationPlan {
             out_dir,
             n_concurrent: 1,
             policy: ScoringPolicy::default(),
-            hidden_paths: vec![dir],
         })
     }
 
@@ -171,7 +166,6 @@ impl EvaluationPlan {
             out_dir,
             n_concurrent: 1,
             policy: ScoringPolicy::default(),
-            hidden_paths: vec![tasks_root.to_path_buf()],
         }
     }
 }
@@ -243,8 +237,6 @@ pub async fn run_evaluation(
     let started = Instant::now();
     let reps = plan.repetitions.max(1);
     let snap_root = plan.out_dir.join("tasks");
-    let mut hidden = plan.hidden_paths.clone();
-    hidden.push(snap_root.clone());
     let mut jobs: Vec<TrialRequest> = Vec::new();
     let mut results: Vec<TrialResult> = Vec::new();
     let agent = Arc::new(plan.agent.clone());
@@ -258,15 +250,11 @@ pub async fn run_evaluation(
                 .join(crate::result::trial_name(&pt.name, rep));
             match &loaded {
                 Ok(task) => {
-                    let mut h = hidden.clone();
-                    h.push(pt.source_dir.clone());
-                    h.retain(|p| !trial_dir.starts_with(p));
                     jobs.push(TrialRequest {
                         task: task.clone(),
                         repetition: rep,
                         agent: agent.clone(),
                         trial_dir,
-                        hidden_paths: h,
                     });
                 }
                 Err(e) => {
