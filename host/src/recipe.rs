@@ -119,7 +119,35 @@ pub struct Binding {
     pub timeout_s: f64,
     pub memory_mib: u32,
     pub fuel: Option<u64>,
+    /// Disk quota of each writable grant per call (absent in recipes normalized before
+    /// the field existed: the sandbox's default then).
+    #[serde(default = "default_disk_mib")]
+    pub disk_mib: u64,
+    #[serde(default = "default_disk_files")]
+    pub disk_files: u64,
     pub config: Map<String, Value>,
+}
+
+fn default_disk_mib() -> u64 {
+    crate::sandbox::DEFAULT_DISK_MIB
+}
+
+fn default_disk_files() -> u64 {
+    crate::sandbox::DEFAULT_DISK_FILES
+}
+
+impl Binding {
+    /// The sandbox limits this binding sets: timeout, memory, fuel and disk quota.
+    pub fn limits(&self) -> crate::sandbox::Limits {
+        crate::sandbox::Limits {
+            timeout: Duration::from_secs_f64(self.timeout_s.max(0.001)),
+            memory_bytes: (self.memory_mib as usize) << 20,
+            fuel: self.fuel,
+            disk_bytes: self.disk_mib << 20,
+            disk_files: self.disk_files,
+            ..crate::sandbox::Limits::default()
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -169,6 +197,16 @@ fn binding() -> evolve_config_schema::Field {
                 integer().default(json!(256)).minimum(16.0).maximum(4096.0).description("Memory cap per call"),
             )
             .field("fuel", integer().minimum(1.0).description("Optional instruction budget per call"))
+            .field(
+                "disk_mib",
+                integer().default(json!(256)).minimum(1.0).maximum(65536.0)
+                    .description("Disk quota per call of each writable grant (/scratch; /target and /operators for mutate), in MiB"),
+            )
+            .field(
+                "disk_files",
+                integer().default(json!(10000)).minimum(1.0).maximum(10_000_000.0)
+                    .description("Files (entries of any kind) a call may add to each writable grant"),
+            )
             .field("config", json().default(json!({})).description("The operator's own configuration")),
     )
 }

@@ -6,7 +6,8 @@ mod common;
 
 use common::*;
 use evolve::sandbox::{
-    CallReport, Capabilities, Limits, OperatorFailure, Sandbox, SandboxConfig, StageOutput,
+    CallReport, Capabilities, Limits, OperatorFailure, QuotaBreach, Sandbox, SandboxConfig,
+    StageOutput,
 };
 use std::time::Duration;
 
@@ -36,6 +37,49 @@ async fn run(sandbox: &Sandbox, attack: &str, limits: Limits) -> CallReport {
         Vec::<String>::new()
     );
     report
+}
+
+/// Run `attack` of `component` (a select or mutate test component) on `fx`.
+async fn run_on(
+    fx: &Fixture,
+    stage: Stage,
+    component_name: &str,
+    input: evolve::sandbox::StageInput,
+    limits: Limits,
+) -> CallReport {
+    let op = sandbox()
+        .load_bytes(
+            stage,
+            &component(component_name),
+            format!("test:{component_name}"),
+        )
+        .unwrap();
+    sandbox()
+        .call(
+            &op,
+            &fx.grants(stage, false),
+            &limits,
+            Capabilities::default(),
+            input,
+        )
+        .await
+}
+
+/// Every entry left under `dir`.
+fn entries(dir: &std::path::Path) -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    out.sort();
+    out
+}
+
+fn quota_breach(report: &CallReport) -> &QuotaBreach {
+    match failure(report) {
+        OperatorFailure::QuotaExceeded(b) => b,
+        other => panic!("expected quota_exceeded, got {other:?}"),
+    }
 }
 
 fn timeout(secs: u64) -> Limits {
@@ -295,4 +339,177 @@ async fn the_result_limit_is_exact() {
         &report,
         &OperatorFailure::MalformedResult("the result is 9 bytes; the limit is 8".into()),
     );
+}
+
+/// Issue 22: 1 GiB written to /scratch was kept for good. The quota stops the guest
+/// during the call (the watcher saw far less than the 1 GiB it meant to write), the
+/// call is `quota_exceeded`, and the scratch is left empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writing_past_the_disk_quota_is_stopped_and_removed() {
+    let fx = Fixture::new();
+    let before = fx.snapshot();
+    let limits = Limits {
+        disk_bytes: 8 << 20,
+        ..timeout(60)
+    };
+    let report = run_on(
+        &fx,
+        Stage::Select,
+        "hostile_select",
+        select_input("fill_scratch"),
+        limits,
+    )
+    .await;
+    let b = quota_breach(&report);
+    assert_eq!((b.grant.as_str(), b.limit_bytes), ("/scratch", 8 << 20));
+    assert!(b.bytes > 8 << 20 && b.bytes < 1 << 30, "{b:?}");
+    assert_eq!(entries(&fx.scratch), Vec::<String>::new());
+    assert_eq!(
+        before.changes_outside(&fx.snapshot(), &["scratch"]),
+        Vec::<String>::new()
+    );
+    let msg = failure(&report).to_string();
+    assert!(
+        msg.contains("disk quota in /scratch") && msg.contains("8388608 bytes"),
+        "{msg}"
+    );
+}
+
+/// 100,000 files in /scratch: over the file quota, all removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_many_files_are_quota_exceeded_and_removed() {
+    let fx = Fixture::new();
+    let limits = Limits {
+        disk_files: 1_000,
+        ..timeout(60)
+    };
+    let report = run_on(
+        &fx,
+        Stage::Select,
+        "hostile_select",
+        select_input("many_files"),
+        limits,
+    )
+    .await;
+    let b = quota_breach(&report);
+    assert_eq!((b.grant.as_str(), b.limit_files), ("/scratch", 1_000));
+    assert!(b.files > 1_000 && b.files < 100_000, "{b:?}");
+    assert_eq!(entries(&fx.scratch), Vec::<String>::new());
+}
+
+/// A sparse file counts at its length: 1 TiB of apparent size is over any quota.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sparse_file_counts_at_its_length() {
+    let fx = Fixture::new();
+    let report = run_on(
+        &fx,
+        Stage::Select,
+        "hostile_select",
+        select_input("sparse_file"),
+        timeout(60),
+    )
+    .await;
+    let b = quota_breach(&report);
+    assert_eq!((b.bytes, b.limit_bytes), (1 << 40, 256 << 20));
+    assert_eq!(entries(&fx.scratch), Vec::<String>::new());
+}
+
+/// Mutate's /target is a writable grant too: the proposal is refused and the
+/// over-quota file is gone, while the candidate's own files stay as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mutate_filling_target_is_refused_and_its_writes_removed() {
+    let fx = Fixture::new();
+    let before = fx.snapshot();
+    let limits = Limits {
+        disk_bytes: 16 << 20,
+        ..timeout(60)
+    };
+    let report = run_on(
+        &fx,
+        Stage::Mutate,
+        "hostile_mutate",
+        mutate_input("fill_target"),
+        limits,
+    )
+    .await;
+    let b = quota_breach(&report);
+    assert_eq!(b.grant, "/target");
+    assert_eq!(entries(&fx.target()), ["file.txt", "sub"]);
+    assert_eq!(
+        before.changes_outside(&fx.snapshot(), &["scratch", "checkout/target"]),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        std::fs::read_to_string(fx.target().join("file.txt")).unwrap(),
+        TARGET_FILE
+    );
+}
+
+/// Within the quota nothing changes: the call succeeds and its scratch is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_within_the_quota_are_kept() {
+    let fx = Fixture::new();
+    let limits = Limits {
+        disk_files: 1,
+        ..timeout(60)
+    };
+    let report = run_on(
+        &fx,
+        Stage::Select,
+        "hostile_select",
+        select_input("report_fs"),
+        limits,
+    )
+    .await;
+    assert!(
+        matches!(report.outcome, Ok(StageOutput::Parents(_))),
+        "{:?}",
+        report.outcome
+    );
+    assert_eq!(entries(&fx.scratch), ["ok.txt"]);
+}
+
+/// Issue 22: 900,000 ids for one child were accepted and archived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_parent_ids_than_children_are_malformed() {
+    let report = run(&sandbox(), "many_ids", timeout(60)).await;
+    assert_failure(
+        &report,
+        &OperatorFailure::MalformedResult(
+            "select returned 900000 parent ids; at most 64 are allowed (one per child, or one for all)".into(),
+        ),
+    );
+    let limits = Limits {
+        max_parents: 1,
+        ..timeout(60)
+    };
+    let report = run(&sandbox(), "ok", limits).await;
+    assert_eq!(parents(&report), ["0"]);
+}
+
+/// A result past wasmtime's hostcall fuel used to be a `trap` ("hostcall fuel"): it is
+/// a malformed result, refused before it is copied into the host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_past_the_hostcall_fuel_is_malformed() {
+    let limits = Limits {
+        memory_bytes: 512 << 20,
+        ..timeout(60)
+    };
+    let report = run(&sandbox(), "huge_result", limits).await;
+    match failure(&report) {
+        OperatorFailure::MalformedResult(m) => assert_eq!(
+            m,
+            "the operator passed the host more than 67108864 bytes in one value (its result, \
+             or the argument of a host call), and the result limit is 8388608 bytes"
+        ),
+        other => panic!("expected malformed_result, got {other:?}"),
+    }
+}
+
+/// The guest is told the deadline the sandbox enforces, whatever the context said
+/// (`evolve operator run --timeout 5` told it 30 000 ms).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guest_is_told_the_enforced_deadline() {
+    let report = run(&sandbox(), "deadline", timeout(5)).await;
+    assert_eq!(parents(&report), ["5000"]);
 }

@@ -284,3 +284,32 @@ pub fn environment() -> Vec<String> {
         format!("stdin={read:?}"),
     ]
 }
+
+/// Write `total` bytes into `path` in 1 MiB chunks; `Ok(bytes written)` or the error
+/// with how far it got. A disk quota must stop the caller long before `total` when
+/// `total` is far over it.
+pub fn fill_file(path: &str, total: u64) -> Result<u64, String> {
+    let chunk = vec![0x5au8; 1 << 20];
+    let mut f = std::fs::File::create(path).map_err(|e| format!("create {path}: {e}"))?;
+    let mut written = 0u64;
+    while written < total {
+        f.write_all(&chunk)
+            .map_err(|e| format!("write {path} at {written}: {e}"))?;
+        written += chunk.len() as u64;
+    }
+    Ok(written)
+}
+
+/// Create `n` empty files `<dir>/f<i>`; `Ok(n)` or the error with how far it got.
+pub fn many_files(dir: &str, n: u64) -> Result<u64, String> {
+    for i in 0..n {
+        std::fs::write(format!("{dir}/f{i}"), b"").map_err(|e| format!("file {i}: {e}"))?;
+    }
+    Ok(n)
+}
+
+/// A sparse file of `len` bytes: almost no blocks, a huge apparent size.
+pub fn sparse_file(path: &str, len: u64) -> Result<(), String> {
+    let f = std::fs::File::create(path).map_err(|e| format!("create {path}: {e}"))?;
+    f.set_len(len).map_err(|e| format!("set_len {path}: {e}"))
+}

@@ -55,6 +55,9 @@ pub enum OperatorFailure {
     StackOverflow,
     /// It used up its fuel (instruction budget).
     OutOfFuel,
+    /// It wrote more to a writable grant than its disk quota allows (see `quota.rs`);
+    /// what it wrote there was removed.
+    QuotaExceeded(QuotaBreach),
     /// It returned something the contract does not allow.
     MalformedResult(String),
     /// It loaded but does not behave as the contract says (e.g. describes another stage).
@@ -75,6 +78,7 @@ impl OperatorFailure {
             OperatorFailure::OutOfMemory { .. } => "out_of_memory",
             OperatorFailure::StackOverflow => "stack_overflow",
             OperatorFailure::OutOfFuel => "out_of_fuel",
+            OperatorFailure::QuotaExceeded(_) => "quota_exceeded",
             OperatorFailure::MalformedResult(_) => "malformed_result",
             OperatorFailure::ContractMismatch(_) => "contract_mismatch",
             OperatorFailure::Host(_) => "host_error",
@@ -116,6 +120,18 @@ impl fmt::Display for OperatorFailure {
             }
             OperatorFailure::StackOverflow => write!(f, "the operator overflowed its stack"),
             OperatorFailure::OutOfFuel => write!(f, "the operator used up its fuel"),
+            OperatorFailure::QuotaExceeded(b) => write!(
+                f,
+                "the operator went over its disk quota in {}: it added {}{} bytes and {}{} \
+                 files, the quota is {} bytes and {} files; what it wrote there was removed",
+                b.grant,
+                if b.at_least { "at least " } else { "" },
+                b.bytes,
+                if b.at_least { "at least " } else { "" },
+                b.files,
+                b.limit_bytes,
+                b.limit_files
+            ),
             OperatorFailure::MalformedResult(m) => {
                 write!(f, "the operator returned a malformed result: {m}")
             }
@@ -128,15 +144,30 @@ impl fmt::Display for OperatorFailure {
     }
 }
 
+/// What a call added to one writable grant past its quota. Bytes are apparent file
+/// sizes (a sparse file counts at its length); files count every new entry (file,
+/// directory, link).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotaBreach {
+    /// The guest path of the grant (`/scratch`, `/target`, `/operators`).
+    pub grant: String,
+    pub bytes: u64,
+    pub files: u64,
+    pub limit_bytes: u64,
+    pub limit_files: u64,
+    /// The walk stopped once the quota was clearly exceeded: the guest wrote more.
+    pub at_least: bool,
+}
+
 /// Turn a wasmtime error from instantiate/call into a typed failure.
 pub(crate) fn classify(
     err: &wasmtime::Error,
     memory_refused: bool,
-    memory_cap: usize,
-    timeout: Duration,
+    limits: &super::Limits,
     stderr: &[u8],
 ) -> OperatorFailure {
     use wasmtime::Trap;
+    let (memory_cap, timeout) = (limits.memory_bytes, limits.timeout);
     let trap = err.downcast_ref::<Trap>();
     match trap {
         Some(Trap::Interrupt) => {
@@ -148,6 +179,18 @@ pub(crate) fn classify(
         Some(Trap::OutOfFuel) => return OperatorFailure::OutOfFuel,
         Some(Trap::StackOverflow) => return OperatorFailure::StackOverflow,
         _ => {}
+    }
+    // wasmtime's own bound on the data one value carries from the guest to the host
+    // (`Store::set_hostcall_fuel`, set per call in `state.rs`): its error type is
+    // private, so it is recognised by its message, which wasmtime =48.0.8 fixes. The
+    // value is a result or a host call's argument; either way it is too big to accept.
+    if trap.is_none() && format!("{err:#}").contains(HOSTCALL_FUEL_MESSAGE) {
+        return OperatorFailure::MalformedResult(format!(
+            "the operator passed the host more than {} bytes in one value (its result, or \
+             the argument of a host call), and the result limit is {} bytes",
+            super::state::hostcall_fuel(limits),
+            limits.result_bytes
+        ));
     }
     // A Rust guest whose allocation is refused aborts (an `unreachable` trap) after
     // printing "memory allocation of N bytes failed"; the limiter's flag says why.
@@ -165,6 +208,9 @@ pub(crate) fn classify(
         },
     }
 }
+
+/// What wasmtime 48 says when a value from the guest exhausts the hostcall fuel.
+const HOSTCALL_FUEL_MESSAGE: &str = "fuel allocated for hostcalls has been exhausted";
 
 /// The message of a Rust panic as the default hook prints it:
 /// `thread '<unnamed>' panicked at src/lib.rs:10:5:\n<message>\nnote: ...`.

@@ -78,6 +78,25 @@ impl StageInput {
     }
 }
 
+impl StageInput {
+    /// The call context, for every input that carries one.
+    pub(crate) fn ctx_mut(&mut self) -> Option<&mut CallContext> {
+        match self {
+            StageInput::Describe | StageInput::NormalizeConfig(_) => None,
+            StageInput::Select { ctx, .. }
+            | StageInput::Rollout { ctx, .. }
+            | StageInput::Analyze { ctx, .. }
+            | StageInput::Mutate { ctx, .. }
+            | StageInput::Validate { ctx, .. }
+            | StageInput::Novelty { ctx, .. }
+            | StageInput::Gate { ctx, .. }
+            | StageInput::Record { ctx, .. }
+            | StageInput::Reflect { ctx, .. }
+            | StageInput::Driver { ctx, .. } => Some(ctx),
+        }
+    }
+}
+
 /// A validated result.
 #[derive(Debug, Clone)]
 pub enum StageOutput {

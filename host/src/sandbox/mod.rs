@@ -22,6 +22,7 @@ mod file_digests;
 mod io;
 mod output;
 mod policy;
+mod quota;
 mod results;
 mod state;
 
@@ -34,11 +35,16 @@ pub use contract::{
     ALL_STAGES, ALL_WORLDS, ContractError, granted_capabilities, parse_stage, parse_world,
     stage_name,
 };
-pub use failure::{LoadError, LoadErrorKind, OperatorFailure, panic_message};
+pub use failure::{LoadError, LoadErrorKind, OperatorFailure, QuotaBreach, panic_message};
 pub use io::{StageInput, StageOutput};
 pub use output::CapturedOutput;
-pub use policy::{GrantRequest, Grants, Limits};
-pub use results::relative_path;
+pub use policy::{
+    DEFAULT_DISK_FILES, DEFAULT_DISK_MIB, GrantRequest, Grants, Limits, MAX_CHILDREN_PER_GEN,
+};
+pub use results::{
+    MAX_ANNOTATION_BYTES, MAX_PLAYBOOK_BYTES, MAX_PLAYBOOK_OP_BYTES, check_playbook_size,
+    relative_path,
+};
 
 use bindings::stage;
 use cache::CompileCache;
@@ -46,7 +52,7 @@ use state::CallState;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-use types::Stage;
+use types::{Evidence, Stage, Validation};
 use wasmtime::component::{InstancePre, Linker};
 use wasmtime::{Config, Engine};
 
@@ -129,6 +135,9 @@ pub struct CallReport {
     pub stderr: CapturedOutput,
     pub elapsed: Duration,
     pub fuel_consumed: Option<u64>,
+    /// One line per artifact the result named that the host refused (a bad path, a
+    /// link, a directory, a missing file); the valid ones stay in the result.
+    pub refused_artifacts: Vec<String>,
 }
 
 impl Sandbox {
@@ -374,7 +383,7 @@ impl Sandbox {
         grants: &Grants,
         limits: &Limits,
         capabilities: Capabilities,
-        input: StageInput,
+        mut input: StageInput,
     ) -> CallReport {
         let started = Instant::now();
         if let Some(stage) = input.stage().filter(|s| *s != op.stage) {
@@ -388,7 +397,20 @@ impl Sandbox {
         if self.cancel.is_cancelled() {
             return CallReport::failed(OperatorFailure::Cancelled, started);
         }
+        // The deadline the guest is told is the one enforced here, whoever built the
+        // context (`evolve operator run --timeout 5` used to say 30 000 ms).
+        if let Some(ctx) = input.ctx_mut() {
+            ctx.deadline_ms = u64::try_from(limits.timeout.as_millis()).unwrap_or(u64::MAX);
+        }
         let ticks = limits.timeout.as_millis().div_ceil(TICK.as_millis()).max(1) as u64 + 1;
+        let quota = std::sync::Arc::new(quota::Quota::begin(
+            &grants.writable(),
+            limits.disk_bytes,
+            limits.disk_files,
+        ));
+        let quota_over = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let quota_wake = std::sync::Arc::new(tokio::sync::Notify::new());
+        let watcher = quota::Watcher::start(quota.clone(), quota_over.clone(), quota_wake.clone());
         let (mut store, streams) = match state::new_store(
             &self.engine,
             grants,
@@ -396,20 +418,32 @@ impl Sandbox {
             capabilities,
             ticks,
             self.cancel.clone(),
+            quota_over,
         ) {
             Ok(s) => s,
             Err(e) => return CallReport::failed(OperatorFailure::Host(e.to_string()), started),
         };
-        let fut = invoke(op, &mut store, input);
+        let fut = invoke(op, &mut store, input, limits.max_parents);
         // A guest in wasm code is trapped by the epoch callback; one blocked in a host
-        // call is dropped here when the token is set.
+        // call is dropped here when the token is set (or the quota watcher fires).
         let timed = tokio::select! {
             biased;
             () = self.cancel.cancelled() => None,
+            () = quota_wake.notified() => None,
             r = tokio::time::timeout(limits.timeout + TICK * 2, fut) => Some(r),
         };
+        // The watcher's finding, else one last walk: a burst of writes between two of
+        // its walks, or just before the call returned, is caught here.
+        let breach = watcher.finish().or_else(|| quota.check());
+        if breach.is_some() {
+            quota.remove_writes();
+        }
         let stderr = streams.stderr.take();
         let outcome = match timed {
+            _ if self.cancel.is_cancelled() => Err(OperatorFailure::Cancelled),
+            _ if breach.is_some() => Err(OperatorFailure::QuotaExceeded(
+                breach.clone().expect("checked"),
+            )),
             None => Err(OperatorFailure::Cancelled),
             Some(Err(_)) => Err(OperatorFailure::Timeout {
                 limit: limits.timeout,
@@ -433,11 +467,17 @@ impl Sandbox {
             Some(Ok(Err(err))) => Err(failure::classify(
                 &err,
                 store.data().limiter.refused,
-                limits.memory_bytes,
-                limits.timeout,
+                limits,
                 &stderr.bytes,
             )),
         };
+        let mut refused_artifacts = Vec::new();
+        let mut outcome = outcome;
+        if let Ok(StageOutput::Evidence(Evidence { artifacts, .. }))
+        | Ok(StageOutput::Validation(Validation { artifacts, .. })) = &mut outcome
+        {
+            refused_artifacts = results::vet_artifacts(grants.host_dir("/scratch"), artifacts);
+        }
         let fuel_consumed = match (self.fuel, limits.fuel) {
             (true, Some(initial)) => store
                 .get_fuel()
@@ -453,6 +493,7 @@ impl Sandbox {
             stderr,
             elapsed,
             fuel_consumed,
+            refused_artifacts,
         }
     }
 
@@ -481,6 +522,7 @@ impl CallReport {
             stderr: CapturedOutput::default(),
             elapsed: started.elapsed(),
             fuel_consumed: None,
+            refused_artifacts: Vec::new(),
         }
     }
 
@@ -494,6 +536,11 @@ impl CallReport {
                 bytes.extend_from_slice(
                     format!("\n[evolve: {} more bytes dropped]\n", out.dropped).as_bytes(),
                 );
+            }
+            if ext == "stderr" {
+                for line in &self.refused_artifacts {
+                    bytes.extend_from_slice(format!("\n[evolve: refused {line}]\n").as_bytes());
+                }
             }
             std::fs::write(dir.join(format!("{stem}.{ext}.log")), bytes)?;
         }
@@ -550,6 +597,7 @@ async fn invoke(
     op: &LoadedOperator,
     store: &mut wasmtime::Store<CallState>,
     input: StageInput,
+    max_parents: usize,
 ) -> wasmtime::Result<Result<StageOutput, OperatorFailure>> {
     let instance = op.pre.instantiate_async(&mut *store).await?;
     let malformed = |r: Result<StageOutput, String>| r.map_err(OperatorFailure::MalformedResult);
@@ -579,7 +627,7 @@ async fn invoke(
             reported(
                 g.call_select(&mut *store, &ctx, &archive)
                     .await?
-                    .map(results::check_parents),
+                    .map(|p| results::check_parents(p, max_parents)),
             )
         }
         StageInput::Rollout { ctx, parent } => {
@@ -664,7 +712,7 @@ async fn invoke(
             reported(
                 g.call_reflect(&mut *store, &ctx, &archive, &playbook)
                     .await?
-                    .map(results::check_playbook),
+                    .map(|ops| results::check_playbook(ops, &playbook)),
             )
         }
         StageInput::Driver { ctx, feedback } => {

@@ -81,6 +81,23 @@ impl Grants {
         }
     }
 
+    /// (guest path, host path) of every writable grant: what the disk quota watches.
+    pub(crate) fn writable(&self) -> Vec<(String, PathBuf)> {
+        self.preopens
+            .iter()
+            .filter(|p| p.writable)
+            .map(|p| (p.guest.to_string(), p.host.clone()))
+            .collect()
+    }
+
+    /// The host directory granted as `guest`, if it is granted.
+    pub(crate) fn host_dir(&self, guest: &str) -> Option<&Path> {
+        self.preopens
+            .iter()
+            .find(|p| p.guest == guest)
+            .map(|p| p.host.as_path())
+    }
+
     /// (guest path, host path, writable) for documentation and logs.
     pub fn describe(&self) -> Vec<(String, PathBuf, bool)> {
         self.preopens
@@ -103,7 +120,21 @@ pub struct Limits {
     pub log_bytes: usize,
     /// Largest result the host accepts, in bytes of strings and list items.
     pub result_bytes: usize,
+    /// Disk quota of each writable grant: the bytes (apparent file sizes) and the
+    /// entries one call may add to it (see `quota.rs`).
+    pub disk_bytes: u64,
+    pub disk_files: u64,
+    /// Most ids a select may return: one per child, or one for all. The lifecycle sets
+    /// it to the generation's number of children; the default is the most children a
+    /// recipe allows (`experiment.children_per_gen` ≤ 64).
+    pub max_parents: usize,
 }
+
+/// The default disk quota of a writable grant, per call.
+pub const DEFAULT_DISK_MIB: u64 = 256;
+pub const DEFAULT_DISK_FILES: u64 = 10_000;
+/// The most children a generation can have (`experiment.children_per_gen`'s maximum).
+pub const MAX_CHILDREN_PER_GEN: usize = 64;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -113,6 +144,9 @@ impl Default for Limits {
             fuel: None,
             log_bytes: 256 << 10,
             result_bytes: 8 << 20,
+            disk_bytes: DEFAULT_DISK_MIB << 20,
+            disk_files: DEFAULT_DISK_FILES,
+            max_parents: MAX_CHILDREN_PER_GEN,
         }
     }
 }

@@ -10,6 +10,18 @@ use serde_json::{Map, Value};
 
 type Check<T> = Result<T, String>;
 
+/// Largest annotation object a record call may return, in bytes of canonical JSON: an
+/// annotation is archived with its generation for good (issue 22: 7 MiB per generation
+/// made a 161 MB archive in 22 generations).
+pub const MAX_ANNOTATION_BYTES: usize = 64 << 10;
+/// Largest single playbook operation (id, text and data of an `add`; id and reason of
+/// a `credit`; the id of a `retire`).
+pub const MAX_PLAYBOOK_OP_BYTES: usize = 64 << 10;
+/// Largest playbook: the entries reflect is handed plus the ones its result adds, and
+/// the operations of one reflect result. Every `add` stays in the archive and is handed
+/// to every later reflect call, so the whole playbook is bounded, not each call.
+pub const MAX_PLAYBOOK_BYTES: usize = 1 << 20;
+
 pub(crate) fn check_description(d: Description, bound: Stage) -> Check<StageOutput> {
     if d.stage != bound {
         return Err(format!(
@@ -44,9 +56,17 @@ pub(crate) fn check_normalized(r: Result<String, Vec<ConfigViolation>>) -> Check
     }
 }
 
-pub(crate) fn check_parents(parents: Vec<String>) -> Check<StageOutput> {
+/// `max` is the generation's number of children: one id each, or one for all.
+pub(crate) fn check_parents(parents: Vec<String>, max: usize) -> Check<StageOutput> {
     if parents.is_empty() {
         return Err("select must return at least one parent id".into());
+    }
+    if parents.len() > max {
+        return Err(format!(
+            "select returned {} parent ids; at most {max} are allowed (one per child, or one \
+             for all)",
+            parents.len()
+        ));
     }
     if parents.iter().any(|p| p.trim().is_empty()) {
         return Err("select returned an empty parent id".into());
@@ -54,9 +74,10 @@ pub(crate) fn check_parents(parents: Vec<String>) -> Check<StageOutput> {
     Ok(StageOutput::Parents(parents))
 }
 
+/// Artifact paths are vetted one by one after the call (`vet_artifacts`): a bad one is
+/// refused and reported without taking the valid ones with it.
 pub(crate) fn check_evidence(e: Evidence) -> Check<StageOutput> {
     json_object("summary", &e.summary)?;
-    artifact_paths(&e.artifacts)?;
     Ok(StageOutput::Evidence(e))
 }
 
@@ -71,7 +92,6 @@ pub(crate) fn check_proposal(p: Proposal) -> Check<StageOutput> {
 }
 
 pub(crate) fn check_validation(v: Validation) -> Check<StageOutput> {
-    artifact_paths(&v.artifacts)?;
     Ok(StageOutput::Validation(v))
 }
 
@@ -87,10 +107,71 @@ pub(crate) fn check_gate(g: GateDecision) -> Check<StageOutput> {
 }
 
 pub(crate) fn check_annotations(text: String) -> Check<StageOutput> {
-    Ok(StageOutput::Annotations(json_object("annotations", &text)?))
+    let map = json_object("annotations", &text)?;
+    let n = evolve_archive::canonical_bytes(&Value::Object(map.clone())).len();
+    if n > MAX_ANNOTATION_BYTES {
+        return Err(format!(
+            "the annotations are {n} bytes of canonical JSON; the cap is {MAX_ANNOTATION_BYTES}"
+        ));
+    }
+    Ok(StageOutput::Annotations(map))
 }
 
-pub(crate) fn check_playbook(ops: Vec<PlaybookOp>) -> Check<StageOutput> {
+/// Bytes of one playbook operation, as [`MAX_PLAYBOOK_OP_BYTES`] counts them.
+fn op_bytes(op: &PlaybookOp) -> usize {
+    match op {
+        PlaybookOp::Add(e) => entry_bytes(e),
+        PlaybookOp::Credit(c) => c.id.len() + c.reason.len() + 8,
+        PlaybookOp::Retire(id) => id.len(),
+    }
+}
+
+fn entry_bytes(e: &PlaybookEntry) -> usize {
+    e.id.len() + e.text.len() + e.data.len()
+}
+
+/// The playbook a stage is handed must fit [`MAX_PLAYBOOK_BYTES`]. The lifecycle calls
+/// this where it assembles the playbook from the archive; the reflect result check
+/// (`check_playbook`) keeps a playbook from growing past it in the first place.
+pub fn check_playbook_size(entries: &[PlaybookEntry]) -> Check<()> {
+    let total: usize = entries.iter().map(entry_bytes).sum();
+    if total > MAX_PLAYBOOK_BYTES {
+        return Err(format!(
+            "the playbook is {total} bytes; the cap is {MAX_PLAYBOOK_BYTES}"
+        ));
+    }
+    Ok(())
+}
+
+/// `handed` is the playbook the call received: its entries plus the result's `add`s
+/// must fit [`MAX_PLAYBOOK_BYTES`].
+pub(crate) fn check_playbook(ops: Vec<PlaybookOp>, handed: &[PlaybookEntry]) -> Check<StageOutput> {
+    let mut result_total = 0usize;
+    let mut playbook_total: usize = handed.iter().map(entry_bytes).sum();
+    for (i, op) in ops.iter().enumerate() {
+        let n = op_bytes(op);
+        if n > MAX_PLAYBOOK_OP_BYTES {
+            return Err(format!(
+                "playbook operation {i} is {n} bytes; the cap is {MAX_PLAYBOOK_OP_BYTES}"
+            ));
+        }
+        result_total += n;
+        if result_total > MAX_PLAYBOOK_BYTES {
+            return Err(format!(
+                "the playbook operations are over {MAX_PLAYBOOK_BYTES} bytes (the cap) by \
+                 operation {i}"
+            ));
+        }
+        if let PlaybookOp::Add(_) = op {
+            playbook_total += n;
+            if playbook_total > MAX_PLAYBOOK_BYTES {
+                return Err(format!(
+                    "the playbook would be {playbook_total} bytes with operation {i}; the cap \
+                     is {MAX_PLAYBOOK_BYTES}"
+                ));
+            }
+        }
+    }
     for op in &ops {
         match op {
             PlaybookOp::Add(e) => {
@@ -135,11 +216,47 @@ fn json_object(what: &str, text: &str) -> Check<Map<String, Value>> {
     }
 }
 
-fn artifact_paths(paths: &[String]) -> Check<()> {
-    for p in paths {
-        relative_path("artifact", p)?;
-    }
-    Ok(())
+/// Keep the artifacts that name a regular file under `scratch` (the call's `/scratch`,
+/// where artifacts live), and return one line per refused one: a bad path, a symbolic
+/// link (never followed), a directory, a missing file. Without a scratch directory
+/// every artifact is refused.
+pub(crate) fn vet_artifacts(
+    scratch: Option<&std::path::Path>,
+    artifacts: &mut Vec<String>,
+) -> Vec<String> {
+    let dir = scratch
+        .and_then(|s| cap_std::fs::Dir::open_ambient_dir(s, cap_std::ambient_authority()).ok());
+    let mut refused = Vec::new();
+    artifacts.retain(|p| {
+        let why = match (relative_path("artifact", p), &dir) {
+            (Err(e), _) => e,
+            (Ok(()), None) => format!(
+                "artifact {:?}: no /scratch to read it from",
+                truncate(p, 80)
+            ),
+            (Ok(()), Some(dir)) => match dir.symlink_metadata(p) {
+                Ok(m) if m.is_file() => return true,
+                Ok(m) => format!(
+                    "artifact {:?} is a {}, not a regular file (links are not followed)",
+                    truncate(p, 80),
+                    if m.is_symlink() {
+                        "symbolic link"
+                    } else if m.is_dir() {
+                        "directory"
+                    } else {
+                        "special file"
+                    }
+                ),
+                Err(e) => format!(
+                    "artifact {:?} cannot be read in /scratch: {e}",
+                    truncate(p, 80)
+                ),
+            },
+        };
+        refused.push(why);
+        false
+    });
+    refused
 }
 
 /// A relative, normalized path of ordinary segments: no `..`, no absolute path, no
@@ -182,14 +299,7 @@ pub(crate) fn size(out: &StageOutput) -> usize {
         StageOutput::Validation(v) => v.reason.len() + strs(&v.artifacts),
         StageOutput::Novelty(_) => 16,
         StageOutput::Gate(g) => g.reason.len(),
-        StageOutput::Playbook(ops) => ops
-            .iter()
-            .map(|op| match op {
-                PlaybookOp::Add(e) => e.id.len() + e.text.len() + e.data.len(),
-                PlaybookOp::Credit(c) => c.id.len() + c.reason.len() + 8,
-                PlaybookOp::Retire(id) => id.len(),
-            })
-            .sum(),
+        StageOutput::Playbook(ops) => ops.iter().map(op_bytes).sum(),
         StageOutput::Revision(r) => r.as_ref().map_or(0, |r| r.recipe.len() + r.reason.len()),
     }
 }
@@ -210,8 +320,13 @@ mod tests {
 
     #[test]
     fn non_finite_and_empty_results_are_refused() {
-        assert!(check_parents(vec![]).is_err());
-        assert!(check_parents(vec![" ".into()]).is_err());
+        assert!(check_parents(vec![], 1).is_err());
+        assert!(check_parents(vec![" ".into()], 1).is_err());
+        assert!(check_parents(vec!["0".into(); 2], 2).is_ok());
+        assert_eq!(
+            check_parents(vec!["0".into(); 3], 2).unwrap_err(),
+            "select returned 3 parent ids; at most 2 are allowed (one per child, or one for all)"
+        );
         assert!(
             check_novelty(NoveltyVerdict {
                 novelty: f64::NAN,
@@ -220,6 +335,12 @@ mod tests {
             .is_err()
         );
         assert!(check_annotations("[1]".into()).is_err());
+        let big = format!("{{\"x\": \"{}\"}}", "a".repeat(MAX_ANNOTATION_BYTES));
+        assert!(
+            check_annotations(big)
+                .unwrap_err()
+                .contains("the cap is 65536")
+        );
         assert!(check_normalized(Err(vec![])).is_err());
     }
 }

@@ -68,6 +68,11 @@ impl ResourceLimiter for MemoryLimiter {
     }
 }
 
+/// The hostcall fuel of a call: the result limit plus room, at least 64 MiB.
+pub(crate) fn hostcall_fuel(limits: &Limits) -> usize {
+    limits.result_bytes.saturating_add(1 << 20).max(64 << 20)
+}
+
 pub(crate) struct Streams {
     pub stdout: CappedOutput,
     pub stderr: CappedOutput,
@@ -82,6 +87,7 @@ pub(crate) fn new_store(
     capabilities: Capabilities,
     epoch_ticks: u64,
     cancel: super::Cancel,
+    quota_over: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> std::io::Result<(Store<CallState>, Streams)> {
     let streams = Streams {
         stdout: CappedOutput::new(limits.log_bytes),
@@ -129,6 +135,10 @@ pub(crate) fn new_store(
     };
     let mut store = Store::new(engine, state);
     store.limiter(|s| &mut s.limiter);
+    // Lifting a value out of the guest stops once it has carried this many bytes, before
+    // they are copied into the host: a 100 MB result is refused without 100 MB of host
+    // memory. It bounds host calls' arguments too, hence the 64 MiB floor.
+    store.set_hostcall_fuel(hostcall_fuel(limits));
     // Wake every tick: trap with the deadline's interrupt once `epoch_ticks` have passed
     // (reported as a timeout), or at once when the run is cancelled.
     let mut elapsed = 0u64;
@@ -137,6 +147,10 @@ pub(crate) fn new_store(
         elapsed += 1;
         if cancel.is_cancelled() {
             return Err(wasmtime::Error::new(super::cancel::CancelledTrap));
+        }
+        // The quota watcher saw a writable grant over its quota (`quota.rs`).
+        if quota_over.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(wasmtime::Error::new(super::quota::QuotaTrap));
         }
         if elapsed >= epoch_ticks {
             return Ok(wasmtime::UpdateDeadline::Interrupt);

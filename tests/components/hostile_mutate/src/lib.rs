@@ -199,6 +199,11 @@ impl Mutate for HostileMutate {
                 }
                 Ok(proposal(notes))
             }
+            // Disk quota on /target: 1 GiB, far over any quota.
+            "fill_target" => {
+                let n = attacks::fill_file("/target/fill.bin", 1 << 30)?;
+                Ok(proposal(vec![format!("wrote {n} bytes to /target")]))
+            }
             "ok" => Ok(proposal(vec!["ok".into()])),
             other => Err(format!("unknown attack {other:?}")),
         }

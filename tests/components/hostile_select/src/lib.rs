@@ -113,6 +113,25 @@ impl Select for HostileSelect {
             "panic" => panic!("hostile panic 42"),
             "exit" => std::process::exit(0),
             "abort" => std::process::abort(),
+            // Issue 22: 900,000 ids for one child were accepted and archived.
+            "many_ids" => return Ok(vec!["0".into(); 900_000]),
+            // Over wasmtime's 128 MiB hostcall fuel: refused before it is copied.
+            "huge_result" => return Ok(vec!["x".repeat(150 << 20)]),
+            // Disk quota: 1 GiB into /scratch, 100,000 files, a 1 TiB sparse file.
+            "fill_scratch" => {
+                let n = attacks::fill_file("/scratch/fill.bin", 1 << 30)?;
+                return Ok(vec![format!("wrote {n} bytes")]);
+            }
+            "many_files" => {
+                let n = attacks::many_files("/scratch", 100_000)?;
+                return Ok(vec![format!("made {n} files")]);
+            }
+            "sparse_file" => {
+                attacks::sparse_file("/scratch/sparse.bin", 1 << 40)?;
+                return Ok(vec!["made a 1 TiB sparse file".into()]);
+            }
+            // What the guest is told about its deadline.
+            "deadline" => return Ok(vec![ctx.deadline_ms.to_string()]),
             "ok" => return Ok(vec!["0".into()]),
             other => return Err(format!("unknown attack {other:?}")),
         }
