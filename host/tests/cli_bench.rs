@@ -106,8 +106,14 @@ fn bench_json_has_every_measurement() {
             .is_some_and(|x| x > 0.0)
     );
 
+    let t = &r["trial_startup"];
+    stat_ok(&t["unconfined"], "trial_startup.unconfined");
+    // CI and the developers' machines have bubblewrap: the jail's cost is measured too.
+    stat_ok(&t["contained"], "trial_startup.contained");
+    assert!(t["added_ms"].as_f64().is_some_and(f64::is_finite), "{t}");
+
     let goals = r["goals"].as_array().expect("goals");
-    assert_eq!(goals.len(), 3);
+    assert_eq!(goals.len(), 4);
     assert!(
         goals
             .iter()

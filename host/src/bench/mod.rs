@@ -9,7 +9,9 @@
 //!   `python3` subprocess ([`invoke`]);
 //! * whole generations through the driver with the cheapest built-in operators and a
 //!   no-op evaluation engine, split into operator, evaluation and framework time
-//!   ([`generation`]).
+//!   ([`generation`]);
+//! * one trivial local trial run on the host and in its bubblewrap jail, alternated: what
+//!   containing the agent costs per trial ([`trial`]).
 //!
 //! Numbers are printed, never asserted: timing depends on the machine and its load.
 
@@ -19,6 +21,7 @@ pub mod invoke;
 pub mod machine;
 pub mod stats;
 pub mod table5;
+pub mod trial;
 
 use crate::cli::{CliError, CliResult, print_json};
 use crate::sandbox::{Sandbox, SandboxConfig};
@@ -72,6 +75,7 @@ pub struct Report {
     pub file_creation_floor: stats::Stat,
     pub operator_invocation: invoke::Invocation,
     pub generation: generation::Generations,
+    pub trial_startup: trial::TrialStartup,
     pub goals: Vec<Goal>,
 }
 
@@ -139,7 +143,21 @@ pub fn measure(work: &std::path::Path, n: usize) -> Result<Report, String> {
     let generation = generation::measure(&rt, &sb, &run_ws, u32::try_from(n).unwrap_or(u32::MAX))?;
     let invocation_dir = work.join("invoke");
     let operator_invocation = invoke::measure(&rt, &invocation_dir, n)?;
-    let goals = goals(&rows, &operator_invocation, &generation);
+    let trial_startup = trial::measure(&rt, &work.join("trial"), n)?;
+    let mut goals = goals(&rows, &operator_invocation, &generation);
+    goals.push(Goal {
+        goal: format!(
+            "a contained local trial at most {:.0} ms slower than an unconfined one (median)",
+            trial::GOAL_ADDED_MS
+        ),
+        met: trial_startup
+            .added_ms
+            .is_some_and(|a| a <= trial::GOAL_ADDED_MS),
+        measured: match (trial_startup.added_ms, &trial_startup.why) {
+            (Some(a), _) => format!("{a:.2} ms added"),
+            (None, why) => format!("not measured: {}", why.as_deref().unwrap_or("no sandbox")),
+        },
+    });
     Ok(Report {
         machine: machine::Machine::read(),
         iterations: u32::try_from(n).unwrap_or(u32::MAX),
@@ -147,6 +165,7 @@ pub fn measure(work: &std::path::Path, n: usize) -> Result<Report, String> {
         file_creation_floor,
         operator_invocation,
         generation,
+        trial_startup,
         goals,
     })
 }
@@ -295,6 +314,25 @@ fn print_generation(g: &generation::Generations) {
     );
 }
 
+fn print_trial_startup(t: &trial::TrialStartup) {
+    println!("one trivial local trial (oracle solve.sh + one-line verifier), alternated:");
+    println!("  {:<50} {:>11} {:>11}", "", "median", "P95");
+    let line = |name: &str, s: &stats::Stat| {
+        println!("  {name:<50} {:>11} {:>11}", ms(s.median_ms), ms(s.p95_ms))
+    };
+    line("unconfined (on the host, process group)", &t.unconfined);
+    match (&t.contained, t.added_ms) {
+        (Some(c), Some(a)) => {
+            line("contained (bubblewrap jail, dedicated uid)", c);
+            println!("  added per trial by the jail: {}", ms(a));
+        }
+        _ => println!(
+            "  contained: not measured ({})",
+            t.why.as_deref().unwrap_or("no sandbox")
+        ),
+    }
+}
+
 fn print_report(r: &Report) {
     println!("evolve bench: {} samples per measurement", r.iterations);
     println!("machine: {}\n", r.machine.describe());
@@ -309,6 +347,8 @@ fn print_report(r: &Report) {
     print_invocation(&r.operator_invocation);
     println!();
     print_generation(&r.generation);
+    println!();
+    print_trial_startup(&r.trial_startup);
     println!("\ngoals:");
     for g in &r.goals {
         let mark = if g.met { "met    " } else { "NOT MET" };

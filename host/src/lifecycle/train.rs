@@ -157,7 +157,11 @@ fn wit_status(s: TrialStatus) -> WitStatus {
 }
 
 fn report(t: &TrialResult) -> TrialReport {
-    let out = std::fs::read(t.logs.verifier_dir.join("test-stdout.txt")).unwrap_or_default();
+    // The verifier runs agent-written code in a directory it can write: never follow a
+    // link planted where its log was.
+    let out =
+        evaluator_harbor::beneath::read_regular(&t.logs.verifier_dir, "test-stdout.txt", 16 << 20)
+            .unwrap_or_default();
     let start = out.len().saturating_sub(VERIFIER_TAIL);
     let mut verifier_output = String::from_utf8_lossy(&out[start..]).into_owned();
     if let Some(e) = &t.error {
