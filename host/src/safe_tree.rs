@@ -547,14 +547,25 @@ fn split_checked(relative: &str) -> Result<(Vec<String>, String), TreeError> {
     Ok((segs, name))
 }
 
+/// What [`copy_files`] did: the files it copied, and each named file it refused.
+#[derive(Debug, Default)]
+pub struct Copied {
+    pub copied: Vec<PathBuf>,
+    /// One error per refused path (a link, a directory, a bad path, too big, ...).
+    pub refused: Vec<TreeError>,
+}
+
 /// Copy the named regular files from `src_root` into `dest` (same relative paths),
-/// within `limits`. Returns the copied paths. Used for the artifacts a stage names.
+/// within `limits`. Used for the artifacts a stage names. A file that cannot be copied
+/// safely (a link is never followed) is refused on its own: the others are still
+/// copied. Only a list over `max_entries`, an unreadable `src_root` or a total past
+/// `max_total_bytes` (the files after it are refused) stop the whole copy.
 pub fn copy_files(
     src_root: &Path,
     paths: &[String],
     dest: &Path,
     limits: TreeLimits,
-) -> Result<Vec<PathBuf>, TreeError> {
+) -> Result<Copied, TreeError> {
     if paths.len() > limits.max_entries {
         return Err(TreeError::TooMany {
             limit: limits.max_entries,
@@ -562,23 +573,33 @@ pub fn copy_files(
     }
     let dir = open(src_root)?;
     let mut total = 0u64;
-    let mut copied = Vec::new();
+    let mut out = Copied::default();
     for rel in paths {
-        let bytes = read_in(&dir, rel, limits.max_file_bytes)?;
+        let bytes = match read_in(&dir, rel, limits.max_file_bytes) {
+            Ok(b) => b,
+            Err(e) => {
+                out.refused.push(e);
+                continue;
+            }
+        };
         total += bytes.len() as u64;
         if total > limits.max_total_bytes {
-            return Err(TreeError::TotalTooBig {
+            out.refused.push(TreeError::TotalTooBig {
                 limit: limits.max_total_bytes,
             });
+            break;
         }
         let target = dest.join(rel);
-        if let Some(parent) = target.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| io_err(rel, e))?;
+        let written = target
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::write(&target, bytes));
+        match written {
+            Ok(()) => out.copied.push(target),
+            Err(e) => out.refused.push(io_err(rel, e)),
         }
-        std::fs::write(&target, bytes).map_err(|e| io_err(rel, e))?;
-        copied.push(target);
     }
-    Ok(copied)
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -822,16 +843,18 @@ mod tests {
     fn copy_takes_only_regular_files() {
         let (base, root) = tree();
         let dest = base.path().join("out");
-        let copied =
-            copy_files(&root, &["sub/b.txt".into()], &dest, TreeLimits::default()).unwrap();
-        assert_eq!(std::fs::read(&copied[0]).unwrap(), b"world");
-        let err = copy_files(&root, &["planted".into()], &dest, TreeLimits::default()).unwrap_err();
+        // One bad name among good ones is refused alone (issue 22: it took the valid
+        // ones with it).
+        let names = ["planted".into(), "sub/b.txt".into(), "a.txt".into()];
+        let out = copy_files(&root, &names, &dest, TreeLimits::default()).unwrap();
+        assert_eq!(std::fs::read(&out.copied[0]).unwrap(), b"world");
+        assert_eq!(std::fs::read(&out.copied[1]).unwrap(), b"hello");
         assert_eq!(
-            err,
-            TreeError::NotAFile {
+            out.refused,
+            [TreeError::NotAFile {
                 path: "planted".into(),
                 found: "symlink"
-            }
+            }]
         );
         assert!(!dest.join("planted").exists());
     }

@@ -353,14 +353,23 @@ async fn planted_symlinks_cannot_be_followed() {
         );
     }
     let copy_dest = fx.root.path().join("artifacts");
+    let copied = safe_tree::copy_files(
+        &target,
+        &["link_rel".into()],
+        &copy_dest,
+        TreeLimits::default(),
+    )
+    .unwrap();
+    assert!(copied.copied.is_empty(), "{copied:?}");
     assert!(
-        safe_tree::copy_files(
-            &target,
-            &["link_rel".into()],
-            &copy_dest,
-            TreeLimits::default()
-        )
-        .is_err()
+        matches!(
+            copied.refused[..],
+            [TreeError::NotAFile {
+                found: "symlink",
+                ..
+            }]
+        ),
+        "{copied:?}"
     );
     assert!(!copy_dest.join("link_rel").exists());
     assert_eq!(
@@ -568,4 +577,47 @@ async fn a_granted_directory_that_is_a_symlink_is_refused() {
         other => panic!("expected a host error, got {}", brief(other)),
     }
     assert_eq!(before.changes(&fx.snapshot()), Vec::<String>::new());
+}
+
+/// Issue 22: an artifact that is a symlink was dropped silently, and one bad artifact
+/// dropped the valid ones with it. Each refused artifact is reported (in the report and
+/// at the end of the stage's stderr log), the valid one stays, and no link is followed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_artifacts_are_each_refused_and_the_valid_one_kept() {
+    let fx = Fixture::new();
+    let op = load("hostile_validate", Stage::Validate);
+    let input = evolve::sandbox::StageInput::Validate {
+        ctx: ctx(serde_json::json!({"attack": "bad_artifacts"})),
+        changed: Vec::new(),
+        rollout: None,
+    };
+    let report = sandbox()
+        .call(
+            &op,
+            &fx.grants(Stage::Validate, false),
+            &Limits::default(),
+            Capabilities::default(),
+            input,
+        )
+        .await;
+    match &report.outcome {
+        Ok(evolve::sandbox::StageOutput::Validation(v)) => assert_eq!(v.artifacts, ["good.txt"]),
+        other => panic!("expected a validation, got {}", brief(other)),
+    }
+    assert_eq!(
+        report.refused_artifacts,
+        [
+            "artifact \"link.txt\" is a symbolic link, not a regular file (links are not followed)",
+            "artifact path \"../x\" must be a relative path without `..`",
+            "artifact \"dir\" is a directory, not a regular file (links are not followed)",
+            "artifact \"missing.txt\" cannot be read in /scratch: No such file or directory (os error 2)",
+        ]
+    );
+    let logs = fx.root.path().join("logs");
+    report.write_logs(&logs, "operator").unwrap();
+    let log = std::fs::read_to_string(logs.join("operator.stderr.log")).unwrap();
+    assert!(
+        log.contains("[evolve: refused artifact \"link.txt\" is a symbolic link"),
+        "{log}"
+    );
 }

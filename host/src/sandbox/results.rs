@@ -318,6 +318,61 @@ mod tests {
         }
     }
 
+    fn add(id: &str, text_len: usize) -> PlaybookOp {
+        PlaybookOp::Add(PlaybookEntry {
+            id: id.into(),
+            text: "t".repeat(text_len),
+            data: "{}".into(),
+        })
+    }
+
+    #[test]
+    fn playbook_operations_and_the_whole_playbook_are_capped() {
+        assert!(check_playbook(vec![add("a", 100)], &[]).is_ok());
+        assert_eq!(
+            check_playbook(vec![add("a", 1), add("b", MAX_PLAYBOOK_OP_BYTES)], &[]).unwrap_err(),
+            format!(
+                "playbook operation 1 is {} bytes; the cap is {MAX_PLAYBOOK_OP_BYTES}",
+                MAX_PLAYBOOK_OP_BYTES + 3
+            )
+        );
+        // Each op fits, but the playbook handed in plus the adds does not.
+        let handed: Vec<PlaybookEntry> = (0..16)
+            .map(|i| PlaybookEntry {
+                id: format!("e{i}"),
+                text: "t".repeat(MAX_PLAYBOOK_BYTES / 16 - 8),
+                data: "{}".into(),
+            })
+            .collect();
+        assert!(check_playbook_size(&handed).is_ok());
+        let err = check_playbook(vec![add("z", 100)], &handed).unwrap_err();
+        assert!(
+            err.starts_with("the playbook would be ") && err.ends_with("the cap is 1048576"),
+            "{err}"
+        );
+        let mut over = handed.clone();
+        over[0].text.push_str(&"t".repeat(200));
+        assert!(
+            check_playbook_size(&over)
+                .unwrap_err()
+                .ends_with("the cap is 1048576")
+        );
+        // Many small credits are capped by the total of one result.
+        let credits = vec![
+            PlaybookOp::Credit(PlaybookCredit {
+                id: "a".into(),
+                delta: 0.1,
+                reason: "r".repeat(100),
+            });
+            20_000
+        ];
+        assert!(
+            check_playbook(credits, &[])
+                .unwrap_err()
+                .contains("over 1048576 bytes")
+        );
+    }
+
     #[test]
     fn non_finite_and_empty_results_are_refused() {
         assert!(check_parents(vec![], 1).is_err());
