@@ -484,6 +484,88 @@ fn a_self_edited_gate_judges_its_own_child() {
     e.run_ok(&["verify", "ws"]);
 }
 
+/// A three-generation run whose mutate is `selftest_mutate`'s `break_operator`: the
+/// child of generation 1 breaks `operators/<stage>.wasm` (as `variant` says) while it
+/// raises the score; later children only raise it.
+fn breaking(stage: &str, variant: &str) -> Exp {
+    let e = Exp::new(&Spec {
+        generations: 3,
+        mutate: json!({"action": "break_operator", "path": stage, "variant": variant}),
+        surface: vec!["target/value.txt".into(), "operators/**".into()],
+        ..Spec::default()
+    });
+    let recipe = e.root().join("recipe.yaml");
+    let text = std::fs::read_to_string(&recipe).unwrap();
+    let scripted = ws::component("scripted_mutate").display().to_string();
+    let selftest = ws::component("selftest_mutate").display().to_string();
+    assert!(text.contains(&scripted));
+    std::fs::write(&recipe, text.replace(&scripted, &selftest)).unwrap();
+    e.init();
+    e
+}
+
+#[test]
+fn a_child_that_breaks_a_stage_component_is_never_committed_and_the_run_goes_on() {
+    // Before the guardrail, gen 1 (score 0.2 > 0.1) was kept with a broken
+    // operators/select.wasm, became the champion, and every later select failed.
+    for (stage, variant, problem) in [
+        ("select", "garbage", "is not a valid component"),
+        (
+            "select",
+            "wrong_world",
+            "exports the `mutate` world, not this stage's",
+        ),
+        ("select", "delete", "was deleted; the select stage loads it"),
+        (
+            "mutate",
+            "wrong_world",
+            "exports the `select` world, not this stage's",
+        ),
+        ("gate", "garbage", "is not a valid component"),
+    ] {
+        let e = breaking(stage, variant);
+        e.run_ok(&["run", "ws", "--quiet"]);
+        let case = format!("{stage}/{variant}");
+        let log = e.log();
+        let r = row(&log, "1");
+        assert_eq!(r["status"], "invalid_proposal", "{case}: {log:#?}");
+        assert_eq!(r["eligible"], false, "{case}");
+        let show = e.json(&["show", "1", "-w", "ws", "--json"]);
+        assert_eq!(show["row"]["failure_stage"], "surface", "{case}");
+        let reason = show["row"]["reason"].as_str().unwrap_or("");
+        let names = format!("operators/{stage}.wasm (the {stage} stage's component) {problem}");
+        assert!(
+            reason.contains(&names),
+            "{case}: {reason:?} should say {names:?}"
+        );
+        // Never committed, tagged or evaluated.
+        let events = e.events();
+        let of_1 = |t: &str| events.iter().any(|x| x["type"] == t && x["genid"] == "1");
+        assert!(
+            !of_1("generation") && !of_1("evaluation"),
+            "{case}: {events:#?}"
+        );
+        let store = evolve_snapshot::Store::open(&e.ws).unwrap();
+        assert!(store.tag_target("gen/1").unwrap().is_none(), "{case}");
+        assert!(
+            !e.ws.join("runs/evaluations/candidate/gen-1").exists(),
+            "{case}"
+        );
+        // The next generations run normally from gen 0's intact operators.
+        for (genid, parent, score) in [("2", "0", 0.3), ("3", "2", 0.4)] {
+            let r = row(&log, genid);
+            assert_eq!(r["parent"], parent, "{case}: {log:#?}");
+            assert_eq!(r["verdict"], "keep", "{case}: {log:#?}");
+            assert!(
+                (r["score"].as_f64().unwrap() - score).abs() < 1e-9,
+                "{case}"
+            );
+        }
+        assert_eq!(row(&log, "3")["champion"], true, "{case}");
+        e.run_ok(&["verify", "ws"]);
+    }
+}
+
 #[test]
 fn the_default_demo_improves_reports_the_anchor_and_verifies() {
     let tmp = tempfile::tempdir().unwrap();

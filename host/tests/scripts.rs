@@ -238,6 +238,54 @@ fn validate_and_novelty_scripts_edited_by_mutate_judge_the_same_generation() {
     );
 }
 
+#[test]
+fn a_script_edit_that_cannot_run_is_an_invalid_proposal_never_committed() {
+    // Before the guardrail the child was committed and evaluated, and only its own gate
+    // failed; a select script broken the same way would have failed every generation
+    // after the child was kept.
+    for (text, problem) in [
+        (
+            "fn decide(ctx, child, parent) {\n  #{verdict: \"keep\"\n",
+            "syntax error",
+        ),
+        (
+            "fn judge(ctx, child, parent) { 1 }\n",
+            "defines no function",
+        ),
+    ] {
+        let e = self_editing(
+            "gate/policy.rhai",
+            text,
+            "",
+            (
+                "script",
+                script_binding("operators/gate/policy.rhai", Some("hillclimb")),
+            ),
+        );
+        e.init();
+        e.run_ok(&["run", "ws", "--quiet"]);
+        let events = e.events();
+        let status = events_of(&events, "status", Some("1"));
+        assert_eq!(status.len(), 1, "{events:#?}");
+        let body = &status[0]["body"];
+        assert_eq!(body["status"], "invalid_proposal", "{body}");
+        assert_eq!(body["failure_stage"], "surface", "{body}");
+        let reason = body["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("operators/gate/policy.rhai (the gate stage's script) cannot run: ")
+                && reason.contains(problem),
+            "{reason}"
+        );
+        for kind in ["generation", "evaluation", "gate"] {
+            assert!(
+                events_of(&events, kind, Some("1")).is_empty(),
+                "{kind}: {events:#?}"
+            );
+        }
+        e.run_ok(&["verify", "ws"]);
+    }
+}
+
 const EDITED_GATE: &str = "fn decide(ctx, child, parent) {\n  #{verdict: \"discard\", reason: `edited gate: ${fmt(child.score)}`}\n}\n";
 const EDITED_RECORD: &str = "fn annotate(ctx, child) {\n  #{note: \"edited record\"}\n}\n";
 

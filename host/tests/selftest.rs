@@ -52,6 +52,7 @@ fn the_campaign_holds_for_three_trials_of_every_scenario() {
         "stdout_flood",
         "malformed_result",
         "self_edited_gate",
+        "bricking_self_edit",
         "forged_signature",
         "dropped_reordered_lines",
         "moved_tag",

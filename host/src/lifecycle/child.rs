@@ -95,7 +95,7 @@ fn change_json(c: &Change) -> Value {
 }
 
 /// Keep a text short enough for an archive line.
-fn clip(s: &str, max: usize) -> String {
+pub(crate) fn clip(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_string();
     }
@@ -379,6 +379,25 @@ impl Driver {
             let why = format!(
                 "{} change(s) outside the mutable surface: {}",
                 violations.len(),
+                list.join("; ")
+            );
+            return self.stop(&a, "invalid_proposal", "surface", &why);
+        }
+        // An edited operator must still serve its stage before the tree can become a
+        // parent: one that does not would fail every generation descending from it
+        // (`stages/edits.rs`).
+        let defects = self.stages.check_operator_edits(&a.wt, &snap.changes).await;
+        if self.cancel().is_cancelled() {
+            self.stop(&a, "cancelled", "surface", "interrupted by the user")?;
+            return Err(super::progress::interrupted(&format!(
+                "the operator check of gen {genid} ended `cancelled`"
+            )));
+        }
+        if !defects.is_empty() {
+            let list: Vec<String> = defects.iter().take(20).map(ToString::to_string).collect();
+            let why = format!(
+                "{} edited operator(s) cannot serve their stage: {}",
+                defects.len(),
                 list.join("; ")
             );
             return self.stop(&a, "invalid_proposal", "surface", &why);

@@ -738,13 +738,20 @@ impl Driver {
 
     /// One select call for `generation`, or the archived decision of an interrupted run.
     /// Returns one parent per fresh genid, or `None` when select failed (archived).
+    ///
+    /// Select is loaded from the champion's commit. When the champion is not gen/0 and
+    /// its select yields no parents (it cannot be loaded, fails, or returns no eligible
+    /// parent), gen/0's select, frozen by `evolve init` and checked there, chooses
+    /// instead and the `select` event records the `fallback`: otherwise one champion
+    /// with a broken select would fail every later generation. When gen/0's select
+    /// cannot even be loaded, no generation can run, and the run stops with an error.
     async fn select(&self, generation: u32, fresh: &[String]) -> Result<Option<Vec<String>>> {
         let state = self.state();
         if let Some(parents) = archived_selection(&state, generation) {
             return Ok(Some(assign(&parents, fresh.len())));
         }
         let genid_text = generation.to_string();
-        let (checkout_commit, from) = match &state.champion {
+        let (checkout_commit, mut from) = match &state.champion {
             Some(c) => (
                 state
                     .row(&c.genid)
@@ -757,7 +764,70 @@ impl Driver {
             None => (self.ws.genesis, "gen/0".to_string()),
         };
         let checkout = self.champion_checkout(checkout_commit)?;
-        let run_dir = self.ws.paths.run_dir(&genid_text).join("select");
+        let mut run_dir = self.ws.paths.run_dir(&genid_text).join("select");
+        let mut fallback = None;
+        let parents = match self
+            .select_call(&state, generation, fresh, &checkout, &run_dir, &from)
+            .await?
+        {
+            Ok(p) => p,
+            Err(first) if checkout_commit != self.ws.genesis => {
+                self.say(format!(
+                    "gen {generation}: the select of the champion ({from}) gave no parents: {}; gen/0's select chooses",
+                    first.reason
+                ));
+                let root = self.commit_checkout(self.ws.genesis)?;
+                let dir = self.ws.paths.run_dir(&genid_text).join(SELECT_FALLBACK_DIR);
+                match self
+                    .select_call(&state, generation, fresh, &root, &dir, "gen/0")
+                    .await?
+                {
+                    Ok(p) => {
+                        fallback =
+                            Some(json!({"from": from, "reason": child::clip(&first.reason, 2000)}));
+                        from = "gen/0".into();
+                        run_dir = dir;
+                        p
+                    }
+                    Err(second) => {
+                        let reason = format!(
+                            "{from}'s select: {}; gen/0's select: {}",
+                            first.reason, second.reason
+                        );
+                        return self.select_failed(fresh, reason, second.unloadable);
+                    }
+                }
+            }
+            Err(first) => return self.select_failed(fresh, first.reason, first.unloadable),
+        };
+        let mut body = Map::new();
+        body.insert("generation".into(), json!(generation));
+        body.insert("parents".into(), json!(parents));
+        body.insert("operator_from".into(), json!(from));
+        if let Some(f) = fallback {
+            body.insert("fallback".into(), f);
+        }
+        if let Some(id) = stages::recorded_identity(&run_dir) {
+            body.insert("operator".into(), id);
+        }
+        body.insert("recipe_sha256".into(), json!(self.recipe.sha256()));
+        self.append("select", None, body)?;
+        self.say(format!("gen {generation}: select → {}", parents.join(", ")));
+        Ok(Some(assign(&parents, fresh.len())))
+    }
+
+    /// Call select from `checkout` (the commit `from` names). `Err` says why it yielded
+    /// no eligible parents; a cancelled call stops the run.
+    async fn select_call(
+        &self,
+        state: &State,
+        generation: u32,
+        fresh: &[String],
+        checkout: &std::path::Path,
+        run_dir: &std::path::Path,
+        from: &str,
+    ) -> Result<std::result::Result<Vec<String>, NoParents>> {
+        let genid_text = generation.to_string();
         let archive_view = view::archive_view(
             &state.rows,
             &state.eligibility,
@@ -770,8 +840,8 @@ impl Driver {
             .stages
             .call(
                 Stage::Select,
-                &checkout,
-                &run_dir,
+                checkout,
+                run_dir,
                 None,
                 Default::default(),
                 StageInput::Select {
@@ -781,42 +851,48 @@ impl Driver {
                 record,
             )
             .await;
+        let no = |reason: String| Ok(Err(NoParents::new(reason)));
         let parents = match out {
             Ok(StageOutput::Parents(p)) => p,
-            Ok(_) => {
-                return self
-                    .fail_all(
-                        fresh,
-                        "select",
-                        "the operator returned something other than parents".into(),
-                    )
-                    .map(|_| None);
-            }
+            Ok(_) => return no("the operator returned something other than parents".into()),
             Err(_) if self.cancel().is_cancelled() => {
                 return Err(self.cancelled(fresh, "select", None));
             }
-            Err(f) => return self.fail_all(fresh, "select", f.message).map(|_| None),
+            Err(f) => {
+                return Ok(Err(NoParents {
+                    unloadable: f.kind == stages::LOAD_FAILED,
+                    reason: f.message,
+                }));
+            }
         };
         if let Some(bad) = parents.iter().find(|p| !state.eligible(p)) {
-            let why = format!("select returned `{bad}`, which is not an eligible parent");
-            return self.fail_all(fresh, "select", why).map(|_| None);
+            return no(format!(
+                "select returned `{bad}`, which is not an eligible parent"
+            ));
         }
         if parents.is_empty() {
-            return self
-                .fail_all(fresh, "select", "select returned no parent".into())
-                .map(|_| None);
+            return no("select returned no parent".into());
         }
-        let mut body = Map::new();
-        body.insert("generation".into(), json!(generation));
-        body.insert("parents".into(), json!(parents));
-        body.insert("operator_from".into(), json!(from));
-        if let Some(id) = stages::recorded_identity(&run_dir) {
-            body.insert("operator".into(), id);
+        Ok(Ok(parents))
+    }
+
+    /// Archive a select that gave no parents as the fresh children's `operator_failed`.
+    /// When gen/0's select could not even be loaded, every later generation would fail
+    /// the same way, so the run stops instead of going on.
+    fn select_failed(
+        &self,
+        fresh: &[String],
+        reason: String,
+        unloadable: bool,
+    ) -> Result<Option<Vec<String>>> {
+        self.fail_all(fresh, "select", reason.clone())?;
+        if unloadable {
+            return Err(RunError::new(format!(
+                "no generation can choose a parent: gen/0's select cannot be loaded: {reason}"
+            ))
+            .hint("gen/0's operators are frozen by `evolve init`; run `evolve verify` on the workspace, then start a new one from the recipe"));
         }
-        body.insert("recipe_sha256".into(), json!(self.recipe.sha256()));
-        self.append("select", None, body)?;
-        self.say(format!("gen {generation}: select → {}", parents.join(", ")));
-        Ok(Some(assign(&parents, fresh.len())))
+        Ok(None)
     }
 
     fn fail_all(&self, genids: &[String], stage: &str, reason: String) -> Result<()> {
@@ -829,6 +905,27 @@ impl Driver {
             )?;
         }
         Ok(())
+    }
+}
+
+/// Where the run directory keeps gen/0's select call when the champion's gave no
+/// parents (`runs/gen-<n>/select-gen0`).
+const SELECT_FALLBACK_DIR: &str = "select-gen0";
+
+/// Why a select call yielded no parents.
+struct NoParents {
+    reason: String,
+    /// Its component or script could not be loaded (not a fault of this generation's
+    /// archive: it recurs for as long as the same checkout is loaded).
+    unloadable: bool,
+}
+
+impl NoParents {
+    fn new(reason: String) -> NoParents {
+        NoParents {
+            reason,
+            unloadable: false,
+        }
     }
 }
 

@@ -13,7 +13,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod edits;
 mod script;
+pub use edits::{OperatorDefect, Problem as OperatorDefectProblem};
 pub use script::{
     SCRIPT_OPERATOR, attach as attach_script, check_path as check_script_path,
     from_file as script_from_file, is_script_defect, recorded_identities, recorded_identity,
@@ -53,10 +55,16 @@ pub struct Rebound {
 pub struct StageFailure {
     pub stage: Stage,
     pub message: String,
-    /// The failure kind (`timeout`, `cancelled`, … or `host_error` when the call could
-    /// not be set up).
+    /// The failure kind (`timeout`, `cancelled`, …, [`LOAD_FAILED`] when the stage's
+    /// component or script could not be loaded from its checkout, or `host_error` when
+    /// the call could not be set up).
     pub kind: &'static str,
 }
+
+/// The kind of a [`StageFailure`] whose operator could not be loaded from the checkout
+/// (missing, not wasm, wrong world, an unreadable script). It is the operator's
+/// failure, never the host's: loading the same tree again fails the same way.
+pub const LOAD_FAILED: &str = "load_failed";
 
 impl std::fmt::Display for StageFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -205,6 +213,11 @@ impl Stages {
             message,
             kind: "host_error",
         };
+        let unloadable = |message: String| StageFailure {
+            stage,
+            message: format!("{message} ({LOAD_FAILED})"),
+            kind: LOAD_FAILED,
+        };
         set_aside(run_dir)
             .map_err(|e| fail(format!("cannot prepare {}: {e}", run_dir.display())))?;
         let scratch = run_dir.join("scratch");
@@ -218,7 +231,7 @@ impl Stages {
         let op = self
             .sandbox
             .load_from_checkout(stage, from, &rel)
-            .map_err(|e| fail(format!("cannot load {rel}: {e}")))?;
+            .map_err(|e| unloadable(format!("cannot load {rel}: {e}")))?;
         if let Some(r) = &rebound
             && evolve_archive::canonical::hex(&op.digest) != r.sha256
         {
@@ -229,7 +242,7 @@ impl Stages {
             )));
         }
         // The script comes from the stage's own checkout, like its component would.
-        let script = script::read(self.binding(stage).as_ref(), checkout).map_err(fail)?;
+        let script = script::read(self.binding(stage).as_ref(), checkout).map_err(unloadable)?;
         script::attach(&mut input, script.clone());
         let grants = Grants::for_stage(
             stage,

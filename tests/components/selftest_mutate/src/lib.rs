@@ -16,7 +16,10 @@
 //! - `malformed`: `climb`, then return a result the host must refuse
 //!   (`config.variant`: `dotdot_path`, `nan_usd`, `huge_note`);
 //! - `disable_gate`: break `/operators/gate.wasm` (`config.variant`: `delete`,
-//!   `garbage`, `wrong_world`), then `climb`.
+//!   `garbage`, `wrong_world`), then `climb`;
+//! - `break_operator`: in generation 1 only, break `/operators/<config.path>.wasm`
+//!   (a stage name, default `select`) the same ways, then `climb`; in later
+//!   generations only `climb`.
 //!
 //! - `agent_attacks`: turn the candidate's own agent against the host. First plant
 //!   `/target/agent.toml` as a link to `config.path` (a host file that exists) and to a
@@ -174,16 +177,26 @@ fn malformed(ctx: &Context) -> Result<Proposal, String> {
 }
 
 fn disable_gate(ctx: &Context) -> Result<Proposal, String> {
-    let gate = "/operators/gate.wasm";
+    break_component(ctx, "gate")
+}
+
+/// Break `/operators/<stage>.wasm` as `config.variant` says, then `climb`.
+fn break_component(ctx: &Context, stage: &str) -> Result<Proposal, String> {
+    let file = format!("/operators/{stage}.wasm");
     let done = match ctx.str("variant").unwrap_or("") {
-        "delete" => std::fs::remove_file(gate),
-        "garbage" => std::fs::write(gate, b"\0asm gate disabled"),
-        "wrong_world" => std::fs::copy("/operators/mutate.wasm", gate).map(|_| ()),
-        other => return Err(format!("unknown disable_gate variant {other:?}")),
+        "delete" => std::fs::remove_file(&file),
+        "garbage" => std::fs::write(&file, format!("\0asm {stage} disabled")),
+        // A valid component of another world: mutate's own, or select's when mutate's
+        // is the one broken.
+        "wrong_world" if stage == "mutate" => {
+            std::fs::copy("/operators/select.wasm", &file).map(|_| ())
+        }
+        "wrong_world" => std::fs::copy("/operators/mutate.wasm", &file).map(|_| ()),
+        other => return Err(format!("unknown variant {other:?}")),
     };
-    done.map_err(|e| format!("{gate}: {e}"))?;
-    let mut p = climb(ctx, vec!["gate disabled".into()])?;
-    p.changed.push("operators/gate.wasm".into());
+    done.map_err(|e| format!("{file}: {e}"))?;
+    let mut p = climb(ctx, vec![format!("{stage} broken")])?;
+    p.changed.push(format!("operators/{stage}.wasm"));
     Ok(p)
 }
 
@@ -268,6 +281,12 @@ impl Mutate for SelftestMutate {
             }
             "malformed" => malformed(ctx),
             "disable_gate" => disable_gate(ctx),
+            // Only the first generation's child breaks its operator: the run's later
+            // generations show whether it goes on normally.
+            "break_operator" if ctx.generation == 1 => {
+                break_component(ctx, ctx.str("path").unwrap_or("select"))
+            }
+            "break_operator" => climb(ctx, vec![]),
             "agent_attacks" => agent_attacks(ctx),
             other => Err(format!("unknown action {other:?}")),
         }
