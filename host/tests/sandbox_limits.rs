@@ -156,18 +156,26 @@ async fn unbounded_recursion_is_a_stack_overflow() {
 }
 
 /// Recursion whose frames live on Rust's shadow stack (in linear memory) runs off the
-/// bottom of memory rather than off wasm's call stack: a plain out-of-bounds trap,
-/// never a silent overwrite of the operator's data and never a host crash.
+/// bottom of memory rather than off wasm's call stack. It used to be reported as a
+/// plain out-of-bounds `trap`; it is the stack overflow it is (issue 22), never a
+/// silent overwrite of the operator's data and never a host crash.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shadow_stack_overflow_is_an_out_of_bounds_trap() {
+async fn shadow_stack_overflow_is_a_stack_overflow() {
     let report = run(&sandbox(), "recursion_shadow", timeout(60)).await;
-    assert_failure(
-        &report,
-        &OperatorFailure::Trap {
-            trap: "wasm trap: out of bounds memory access".into(),
-            panic: None,
-        },
-    );
+    assert_failure(&report, &OperatorFailure::StackOverflow);
+}
+
+/// A guest that reads past the end of its memory, far from the stack's wrap-around,
+/// is still a plain out-of-bounds trap: the stack-overflow reading is not a catch-all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wild_read_is_still_an_out_of_bounds_trap() {
+    let report = run(&sandbox(), "wild_read", timeout(60)).await;
+    match failure(&report) {
+        OperatorFailure::Trap { trap, .. } => {
+            assert_eq!(trap, "wasm trap: out of bounds memory access")
+        }
+        other => panic!("expected an out-of-bounds trap, got {other:?}"),
+    }
 }
 
 fn fuel_sandbox() -> std::sync::Arc<Sandbox> {

@@ -313,3 +313,11 @@ pub fn sparse_file(path: &str, len: u64) -> Result<(), String> {
     let f = std::fs::File::create(path).map_err(|e| format!("create {path}: {e}"))?;
     f.set_len(len).map_err(|e| format!("set_len {path}: {e}"))
 }
+
+/// Read a byte at 2 GiB: past the end of any memory the sandbox allows, and far from
+/// where an overflowing shadow stack lands (just under 4 GiB). An out-of-bounds trap.
+pub fn wild_read() -> u8 {
+    let addr = std::hint::black_box(0x8000_0000usize) as *const u8;
+    // SAFETY: none; the read is meant to trap (wasm bounds-checks it, nothing else).
+    unsafe { std::ptr::read_volatile(addr) }
+}

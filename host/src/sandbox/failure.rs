@@ -178,6 +178,9 @@ pub(crate) fn classify(
         }
         Some(Trap::OutOfFuel) => return OperatorFailure::OutOfFuel,
         Some(Trap::StackOverflow) => return OperatorFailure::StackOverflow,
+        Some(Trap::MemoryOutOfBounds) if shadow_stack_wrapped(err) => {
+            return OperatorFailure::StackOverflow;
+        }
         _ => {}
     }
     // wasmtime's own bound on the data one value carries from the guest to the host
@@ -207,6 +210,37 @@ pub(crate) fn classify(
             panic: panic_message(stderr),
         },
     }
+}
+
+/// Whether an out-of-bounds trap is a linear-memory (shadow) stack running off address 0.
+///
+/// rustc and clang put a wasm32 module's shadow stack at the bottom of linear memory,
+/// growing down toward address 0, and keep its pointer in the `__stack_pointer` global.
+/// Components do not export that global, but wasmtime attaches the fault to the error
+/// (its `WasmFault` context, not re-exported, so read through its display, fixed in
+/// wasmtime =48.0.8: "memory fault at wasm address 0x… in linear memory of size 0x…").
+/// A stack pointer decremented past 0 wraps to just under 4 GiB, so the overflowing
+/// frame's first store faults within a frame's size of the 4 GiB mark (the effective
+/// address is 33 bits: pointer plus offset). An ordinary wild access lands there only
+/// by chance; no memory reaches it (the sandbox caps memory far below 4 GiB).
+fn shadow_stack_wrapped(err: &wasmtime::Error) -> bool {
+    const FOUR_GIB: u64 = 1 << 32;
+    const FRAME: u64 = 1 << 20;
+    err.chain().any(|cause| {
+        let text = cause.to_string();
+        let Some(rest) = text.strip_prefix("memory fault at wasm address 0x") else {
+            return false;
+        };
+        let Some((addr, size)) = rest.split_once(" in linear memory of size 0x") else {
+            return false;
+        };
+        match (u64::from_str_radix(addr, 16), u64::from_str_radix(size, 16)) {
+            (Ok(addr), Ok(size)) => {
+                size < FOUR_GIB - FRAME && (FOUR_GIB - FRAME..FOUR_GIB + FRAME).contains(&addr)
+            }
+            _ => false,
+        }
+    })
 }
 
 /// What wasmtime 48 says when a value from the guest exhausts the hostcall fuel.

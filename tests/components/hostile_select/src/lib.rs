@@ -95,6 +95,7 @@ impl Select for HostileSelect {
             }
             "recursion" => return Ok(vec![attacks::recurse(0).to_string()]),
             "recursion_shadow" => return Ok(vec![attacks::recurse_shadow(0).to_string()]),
+            "wild_read" => return Ok(vec![attacks::wild_read().to_string()]),
             "flood_stdout" => {
                 attacks::flood_stdout(10 * 1024)?;
                 return Ok(vec!["flooded".into()]);
