@@ -566,6 +566,78 @@ fn a_child_that_breaks_a_stage_component_is_never_committed_and_the_run_goes_on(
     }
 }
 
+/// Write `commit` as the run's shared read-only checkout of it (`runs/checkouts/<commit>`,
+/// which select reads) with garbage for its select component. A run reads an existing
+/// checkout as it is, so this stands for a champion whose select no longer loads: one
+/// kept before the guardrail existed, or a damaged workspace.
+fn with_broken_select(e: &Exp, commit: evolve_snapshot::Oid) {
+    let dir = e.ws.join("runs/checkouts").join(commit.to_string());
+    let _ = std::fs::remove_dir_all(&dir);
+    let store = evolve_snapshot::Store::open(&e.ws).unwrap();
+    store.materialize(commit, &dir).unwrap();
+    let select = dir.join("operators/select.wasm");
+    std::fs::set_permissions(&select, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::write(&select, b"not a component").unwrap();
+}
+
+#[test]
+fn a_champion_whose_select_no_longer_loads_falls_back_to_gen0s_select() {
+    let e = Exp::new(&Spec {
+        generations: 3,
+        ..Spec::default()
+    });
+    e.init();
+    e.run_ok(&["run", "ws", "--quiet", "--max-generations", "1"]);
+    let store = evolve_snapshot::Store::open(&e.ws).unwrap();
+    let tag = |g: &str| store.tag_target(&format!("gen/{g}")).unwrap().unwrap();
+    assert_eq!(row(&e.log(), "1")["champion"], true);
+    with_broken_select(&e, tag("1"));
+    // Before the fallback, this and every later generation ended `operator_failed` at
+    // select, with no way out.
+    e.run_ok(&["run", "ws", "--quiet", "--max-generations", "2"]);
+    let events = e.events();
+    let select = events
+        .iter()
+        .find(|x| x["type"] == "select" && x["body"]["generation"] == 2)
+        .unwrap_or_else(|| panic!("no select event for gen 2: {events:#?}"));
+    assert_eq!(select["body"]["operator_from"], "gen/0", "{select}");
+    assert_eq!(select["body"]["fallback"]["from"], "gen/1", "{select}");
+    let reason = select["body"]["fallback"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("cannot load operators/select.wasm") && reason.ends_with("(load_failed)"),
+        "{reason}"
+    );
+    let gen0_select = e.gen0_bytes("operators/select.wasm");
+    assert_eq!(
+        select["body"]["operator"]["component_sha256"],
+        evolve_archive::sha256_hex(&gen0_select)
+    );
+    assert!(e.ws.join("runs/gen-2/select-gen0/result.json").is_file());
+    let log = e.log();
+    assert_eq!(row(&log, "2")["parent"], "1", "{log:#?}");
+    assert_eq!(row(&log, "2")["verdict"], "keep", "{log:#?}");
+    e.run_ok(&["verify", "ws"]);
+
+    // With gen/0's select broken too, no generation can choose a parent: the run stops
+    // with the error instead of failing every generation.
+    with_broken_select(&e, tag("2"));
+    with_broken_select(&e, tag("0"));
+    let out = e
+        .evolve(&["run", "ws", "--max-generations", "3"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no generation can choose a parent: gen/0's select cannot be loaded"),
+        "{err}"
+    );
+    let show = e.json(&["show", "3", "-w", "ws", "--json"]);
+    assert_eq!(show["row"]["status"], "operator_failed", "{show:#}");
+    assert_eq!(show["row"]["failure_stage"], "select", "{show:#}");
+    e.run_ok(&["verify", "ws"]);
+}
+
 #[test]
 fn the_default_demo_improves_reports_the_anchor_and_verifies() {
     let tmp = tempfile::tempdir().unwrap();
