@@ -629,7 +629,8 @@ fn a_champion_whose_select_no_longer_loads_falls_back_to_gen0s_select() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("no generation can choose a parent: gen/0's select cannot be loaded"),
+        err.contains("no generation can choose a parent: select cannot be loaded (gen/2's select: cannot load operators/select.wasm")
+            && err.contains("gen/0's select: cannot load operators/select.wasm"),
         "{err}"
     );
     let show = e.json(&["show", "3", "-w", "ws", "--json"]);

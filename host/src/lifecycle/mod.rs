@@ -771,7 +771,10 @@ impl Driver {
             .await?
         {
             Ok(p) => p,
-            Err(first) if checkout_commit != self.ws.genesis => {
+            // A select a driver rebound is not the champion's: it would run again.
+            Err(first)
+                if checkout_commit != self.ws.genesis && !self.stages.is_rebound(Stage::Select) =>
+            {
                 self.say(format!(
                     "gen {generation}: the select of the champion ({from}) gave no parents: {}; gen/0's select chooses",
                     first.reason
@@ -877,8 +880,8 @@ impl Driver {
     }
 
     /// Archive a select that gave no parents as the fresh children's `operator_failed`.
-    /// When gen/0's select could not even be loaded, every later generation would fail
-    /// the same way, so the run stops instead of going on.
+    /// When the last resort (gen/0's select, or a driver's rebound one) could not even be
+    /// loaded, every later generation would fail the same way, so the run stops.
     fn select_failed(
         &self,
         fresh: &[String],
@@ -888,9 +891,9 @@ impl Driver {
         self.fail_all(fresh, "select", reason.clone())?;
         if unloadable {
             return Err(RunError::new(format!(
-                "no generation can choose a parent: gen/0's select cannot be loaded: {reason}"
+                "no generation can choose a parent: select cannot be loaded ({reason})"
             ))
-            .hint("gen/0's operators are frozen by `evolve init`; run `evolve verify` on the workspace, then start a new one from the recipe"));
+            .hint("the last resort is gen/0's select (or a driver revision's), frozen by the host: run `evolve verify` on the workspace, then start a new one from the recipe"));
         }
         Ok(None)
     }

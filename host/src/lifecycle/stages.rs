@@ -118,6 +118,12 @@ impl Stages {
         bindings.get(stage_name(stage)).cloned()
     }
 
+    /// Whether a driver revision rebound `stage` to a host-frozen component, which is
+    /// loaded instead of the checkout's.
+    pub(crate) fn is_rebound(&self, stage: Stage) -> bool {
+        self.rebound(stage).is_some()
+    }
+
     fn rebound(&self, stage: Stage) -> Option<Rebound> {
         let revised = self.revised.read().unwrap_or_else(|p| p.into_inner());
         revised.as_ref()?.rebound.get(stage_name(stage)).cloned()
