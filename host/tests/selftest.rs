@@ -57,6 +57,8 @@ fn the_campaign_holds_for_three_trials_of_every_scenario() {
         "dropped_reordered_lines",
         "moved_tag",
         "agent_takes_key",
+        "quota",
+        "oversized_select_and_record",
     ] {
         assert!(names.contains(&name), "{name} is missing: {names:?}");
     }

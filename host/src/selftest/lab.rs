@@ -40,6 +40,10 @@ pub struct Spec {
     pub gate: GateSpec,
     pub surface: Vec<String>,
     pub generations: u32,
+    /// A Rhai script for select (`operator: script`) instead of select/greedy, and for
+    /// record instead of record/notes: written as `operators/<stage>/selftest.rhai`.
+    pub select_script: Option<&'static str>,
+    pub record_script: Option<&'static str>,
 }
 
 impl Default for Spec {
@@ -53,6 +57,8 @@ impl Default for Spec {
             gate: GateSpec::Hillclimb,
             surface: vec!["target/value.txt".into()],
             generations: 1,
+            select_script: None,
+            record_script: None,
         }
     }
 }
@@ -426,6 +432,18 @@ fn write_fixture(dir: &Path, spec: &Spec, components: &Path) -> Result<(), Strin
             true,
         )?;
     }
+    for (stage, script) in [
+        ("select", spec.select_script),
+        ("record", spec.record_script),
+    ] {
+        if let Some(text) = script {
+            write_file(
+                &dir.join(format!("operators/{stage}/selftest.rhai")),
+                text,
+                false,
+            )?;
+        }
+    }
     write_file(&dir.join("recipe.yaml"), &recipe(spec, components), false)
 }
 
@@ -442,6 +460,14 @@ fn recipe(spec: &Spec, components: &Path) -> String {
             json!({ "sleep_ms": sleep_ms }),
         ),
     };
+    let script_or = |script: Option<&str>, stage: &str, builtin: &str| match script {
+        Some(_) => {
+            format!("{{operator: script, config: {{source: operators/{stage}/selftest.rhai}}}}")
+        }
+        None => format!("{{operator: {builtin}}}"),
+    };
+    let select = script_or(spec.select_script, "select", "greedy");
+    let record = script_or(spec.record_script, "record", "notes");
     let surface: Vec<String> = spec
         .surface
         .iter()
@@ -452,11 +478,11 @@ fn recipe(spec: &Spec, components: &Path) -> String {
          target: {{path: target}}\n\
          surface: {{include: [{surface}]}}\n\
          operators:\n\
-         \x20 select: {{operator: greedy}}\n\
+         \x20 select: {select}\n\
          \x20 rollout: {{operator: noop}}\n\
          \x20 mutate: {{operator: {mutate_op}, timeout_s: {timeout}{memory}, config: {mutate}}}\n\
          \x20 gate: {{operator: {gate_op}, timeout_s: 60, config: {gate_cfg}}}\n\
-         \x20 record: {{operator: notes}}\n\
+         \x20 record: {record}\n\
          evaluator: {{engine: local, dataset: tasks, splits: {{train: 0.25, gate: 0.5, sealed: 0.25, seed: 0}}, n_concurrent: 1}}\n",
         gens = spec.generations,
         surface = surface.join(", "),

@@ -135,6 +135,16 @@ pub const SCENARIOS: &[Scenario] = &[
         invariant: "a moved gen/<id> tag is found by verify and its row is no longer a parent",
         run: moved_tag,
     },
+    Scenario {
+        name: "quota",
+        invariant: "1 GiB or 100,000 files past the disk quota: operator_failed (quota_exceeded), nothing of it kept",
+        run: quota,
+    },
+    Scenario {
+        name: "oversized_select_and_record",
+        invariant: "a select with more ids than children, or a record annotation over 64 KiB, is malformed_result and never archived",
+        run: oversized_select_and_record,
+    },
 ];
 
 /// How long to wait for a run to reach a kill point before giving up.
@@ -1147,4 +1157,118 @@ fn moved_tag(c: &mut Ctx) -> Check {
     not_a_parent(c, &t, &g)?;
     let champ = surviving_champion(&t)?;
     Ok(format!("gen/{g} -> gen/{other}'s commit: found; {champ}"))
+}
+
+// ----- caps on what an operator leaves behind (issue 22) ---------------------------
+
+fn quota(c: &mut Ctx) -> Check {
+    let variant = ["scratch_bytes", "scratch_files", "target_bytes"][c.rng.below(3) as usize];
+    let t = run_one(
+        c,
+        &Spec {
+            mutate: json!({"action": "fill", "variant": variant}),
+            ..Spec::default()
+        },
+    )?;
+    // Nothing the operator wrote survives anywhere in the trial: not in the stage's
+    // scratch, not in a checkout, not in a commit.
+    let kept: Vec<_> = files_under(&t.dir)
+        .into_iter()
+        .filter(|p| p.file_name().and_then(|n| n.to_str()) == Some("fill.bin"))
+        .collect();
+    if !kept.is_empty() {
+        return Err(format!("over-quota writes were kept: {kept:?}"));
+    }
+    let scratch = t.ws.join("runs/gen-1/mutate/scratch");
+    let left = std::fs::read_dir(&scratch).map_or(0, |d| d.count());
+    if left > 0 {
+        return Err(format!(
+            "{} holds {left} entries after the call",
+            scratch.display()
+        ));
+    }
+    let done = rejected(c, &t, "operator_failed", &["mutate", "quota_exceeded"])?;
+    Ok(format!("{variant}: scratch empty, nothing kept; {done}"))
+}
+
+/// A select that returns 1,000 ids for one child (the archive once kept 900,000).
+const MANY_IDS_SELECT: &str =
+    "fn select(ctx, archive) {\n    let ids = [];\n    ids.pad(1000, \"0\");\n    ids\n}\n";
+/// A record that returns a 100 KB annotation (archived with every generation once).
+const HUGE_RECORD: &str = "fn annotate(ctx, child) {\n    let blob = \"\";\n    blob.pad(100000, 'x');\n    #{x_blob: blob}\n}\n";
+
+fn oversized_select_and_record(c: &mut Ctx) -> Check {
+    let archive_bytes =
+        |t: &Trial| std::fs::metadata(t.ws.join(".evolve/archive.jsonl")).map_or(0, |m| m.len());
+    if c.rng.below(2) == 0 {
+        let t = run_one(
+            c,
+            &Spec {
+                select_script: Some(MANY_IDS_SELECT),
+                ..Spec::default()
+            },
+        )?;
+        let selects = events(&t.ws)?
+            .iter()
+            .filter(|e| e["type"] == "select")
+            .count();
+        if selects > 0 {
+            return Err(format!("{selects} select decision(s) were archived"));
+        }
+        // Select fails for the whole generation before any child has a parent, so the
+        // check reads gen 1's status event rather than its row.
+        let (status, reason) = checks::stop_reason(&t, "1")?.ok_or("gen 1 has no status event")?;
+        let needles = [
+            "select",
+            "malformed_result",
+            "select returned 1000 parent ids",
+        ];
+        if status != "operator_failed" || needles.iter().any(|n| !reason.contains(n)) {
+            return Err(format!("gen 1 stopped as {status}: {reason}"));
+        }
+        never_evaluated(&t, "1")?;
+        // `settled` would also require every row to name its parent, which no row of a
+        // generation whose select failed can: check the rest of it here.
+        let v = checks::verify_clean(c.lab, &t)?;
+        if checks::row(&checks::log(c.lab, &t)?, "1")?["eligible"] != false {
+            return Err("gen 1, whose select failed, is an eligible parent".into());
+        }
+        champion_is(&v.champion.ok_or("`evolve verify` names no champion")?, "0")?;
+        checks::champion_reproduces(&t)?;
+        let done = "gen 1: operator_failed (select, malformed_result); champion gen 0 re-evaluates";
+        return Ok(format!(
+            "select, 1000 ids: {done}; archive {} bytes",
+            archive_bytes(&t)
+        ));
+    }
+    let t = run_one(
+        c,
+        &Spec {
+            record_script: Some(HUGE_RECORD),
+            ..Spec::default()
+        },
+    )?;
+    let events = events(&t.ws)?;
+    let record = events
+        .iter()
+        .rfind(|e| e["type"] == "record" && e["genid"] == "1")
+        .ok_or("gen 1 has no record event")?;
+    let error = record["body"]["error"].as_str().unwrap_or("");
+    if record["body"]["annotations"] != json!({})
+        || !error.contains("malformed_result")
+        || !error.contains("65536")
+    {
+        return Err(format!(
+            "gen 1's record event keeps {} (error: {error:?})",
+            record["body"]["annotations"]
+        ));
+    }
+    let bytes = archive_bytes(&t);
+    if bytes > 1 << 20 {
+        return Err(format!("the archive is {bytes} bytes after one generation"));
+    }
+    let done = accepted(c, &t)?;
+    Ok(format!(
+        "record, 100 KB annotation: refused, annotations {{}}; archive {bytes} bytes; {done}"
+    ))
 }

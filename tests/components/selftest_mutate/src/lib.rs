@@ -27,6 +27,9 @@
 //!   restore the manifest, write `config.content` as `/target/agent.sh` (a hostile
 //!   command agent), run it through `tasks`, and `climb`. Each `tasks` reply is a note.
 //!
+//! - `fill`: write 1 GiB or 100,000 files past the disk quota (`config.variant`:
+//!   `scratch_bytes`, `scratch_files`, `target_bytes`).
+//!
 //! `config.sleep_ms` busy-waits first, so the campaign can kill a run mid-mutation.
 
 #[path = "../../attacks.rs"]
@@ -252,6 +255,20 @@ fn agent_attacks(ctx: &Context) -> Result<Proposal, String> {
     Ok(p)
 }
 
+/// Write far past the default disk quota (256 MiB, 10,000 files per writable grant):
+/// `config.variant` `scratch_bytes` (1 GiB into /scratch), `scratch_files` (100,000
+/// files into /scratch) or `target_bytes` (1 GiB into /target). The sandbox must stop
+/// it; if it ever returns, it climbs, and the campaign sees the write kept.
+fn fill(ctx: &Context) -> Result<Proposal, String> {
+    let note = match ctx.str("variant").unwrap_or("scratch_bytes") {
+        "scratch_bytes" => attacks::fill_file("/scratch/fill.bin", 1 << 30)?,
+        "scratch_files" => attacks::many_files("/scratch", 100_000)?,
+        "target_bytes" => attacks::fill_file("/target/fill.bin", 1 << 30)?,
+        other => return Err(format!("unknown fill variant {other:?}")),
+    };
+    climb(ctx, vec![format!("BREACH wrote {note} past the quota")])
+}
+
 impl Mutate for SelftestMutate {
     fn mutate(ctx: &Context, _observation: &Observation) -> Result<Proposal, String> {
         if let Some(ms) = ctx.i64("sleep_ms") {
@@ -288,6 +305,7 @@ impl Mutate for SelftestMutate {
             }
             "break_operator" => climb(ctx, vec![]),
             "agent_attacks" => agent_attacks(ctx),
+            "fill" => fill(ctx),
             other => Err(format!("unknown action {other:?}")),
         }
     }
