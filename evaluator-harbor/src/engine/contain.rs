@@ -6,9 +6,9 @@
 //! written by hand) in a fresh root that holds only:
 //!
 //! - the read-only system directories a program needs (`/usr`, and `/bin`, `/lib*`, `/sbin`
-//!   as the host has them), a minimal `/etc` (an allowlist of harmless files plus a generated
-//!   `passwd`, `group`, `hosts` and `hostname` naming only the sandbox user), `/dev` (null,
-//!   zero, random, tty, …) and a `/proc` of its own PID namespace;
+//!   as the host has them), a minimal `/etc` (copies of an allowlist of harmless files plus a
+//!   generated `passwd`, `group`, `hosts` and `hostname` naming only the sandbox user),
+//!   `/dev` (null, zero, random, tty, …) and a `/proc` of its own PID namespace;
 //! - the trial's directories bound at the paths Harbor promises (`/app` and `/logs/agent` for
 //!   the agent, `/tests` and `/logs/verifier` for the verifier, `/solution` for the oracle),
 //!   and the trial's own `/tmp`; everything else is read-only, the root included.
@@ -38,9 +38,10 @@ pub const SANDBOX_UID_BASE: u32 = 2_000_000_000;
 /// How many contained trials may run at once as root (each holds one uid).
 pub const SANDBOX_UID_SLOTS: u32 = 4096;
 
-/// `/etc` entries bound read-only into every phase: what the dynamic loader, `alternatives`
+/// `/etc` entries copied into every jail's `/etc`: what the dynamic loader, `alternatives`
 /// links, name service look-ups, TLS and shells read. Nothing here holds a secret (no
-/// `shadow`, `ssh`, `sudoers`, `machine-id`, `docker`, credentials of any kind).
+/// `shadow`, `ssh`, `sudoers`, `machine-id`, `docker`, credentials of any kind), and of
+/// these only what every user may read is copied.
 const ETC_ALLOWLIST: &[&str] = &[
     "alternatives",
     "bash.bashrc",
@@ -108,8 +109,10 @@ pub struct Jail {
     pub workdir: String,
     /// Share the host's network (the task allows it); otherwise only a loopback of its own.
     pub network: bool,
-    /// The generated `/etc` files (see [`write_etc`]).
+    /// The jail's `/etc` (see [`write_etc`]).
     pub etc: PathBuf,
+    /// The host's `/etc` directories bound over their mount points in it.
+    pub etc_dirs: Vec<String>,
     pub uid: u32,
     pub gid: u32,
     pub limits: Limits,
@@ -169,12 +172,14 @@ fn probe() -> std::result::Result<Bubblewrap, String> {
     } else {
         own_ids()
     };
-    write_etc(&etc, uid, gid).map_err(|e| format!("cannot write the probe's /etc: {e}"))?;
+    let etc_dirs = write_etc(&etc, uid, gid, false)
+        .map_err(|e| format!("cannot write the probe's /etc: {e}"))?;
     let jail = Jail {
         binds: Vec::new(),
         workdir: "/".into(),
         network: false,
         etc,
+        etc_dirs,
         uid,
         gid,
         limits: Limits {
@@ -219,11 +224,40 @@ fn own_ids() -> (u32, u32) {
     )
 }
 
-/// Write the generated `/etc` files of a phase into `dir`: a `passwd` and `group` that name
-/// only the sandbox user (`agent`, home `/tmp`), and a `hosts` and `hostname` for a machine
-/// called `evolve-trial`.
-pub fn write_etc(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+/// Make the jail's `/etc` in `dir`: copies of the allowlisted host files that any user may
+/// read (links copied as links, never followed), generated `passwd` and `group` files that
+/// name only the sandbox user (`agent`, home `/tmp`), `hosts` and `hostname` for a machine
+/// called `evolve-trial`, and the host's `resolv.conf` when the task may use the network.
+/// Allowlisted *directories* (`alternatives`, `ssl`, … hundreds of entries) are not copied:
+/// an empty mount point is made for each, and the names returned are bound read-only over
+/// them. Each bind is a mount and each copy a few system calls, so this split keeps a
+/// phase's set-up to a handful of mounts and a trial's to a few dozen small writes.
+pub fn write_etc(dir: &Path, uid: u32, gid: u32, network: bool) -> std::io::Result<Vec<String>> {
+    use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+    let mut bound = Vec::new();
+    let mut names: Vec<&str> = ETC_ALLOWLIST.to_vec();
+    if network {
+        names.push("resolv.conf");
+    }
+    for name in names {
+        let host = Path::new("/etc").join(name);
+        let Ok(meta) = std::fs::symlink_metadata(&host) else {
+            continue;
+        };
+        let mode = meta.permissions().mode();
+        let to = dir.join(name);
+        if meta.file_type().is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&host)?, &to)?;
+        } else if meta.is_dir() && mode & 0o005 == 0o005 {
+            std::fs::create_dir_all(&to)?;
+            bound.push(name.to_string());
+        } else if meta.is_file() && mode & 0o004 != 0 {
+            std::fs::copy(&host, &to)?;
+            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(mode & 0o755))?;
+        }
+    }
     std::fs::write(
         dir.join("passwd"),
         format!(
@@ -239,7 +273,7 @@ pub fn write_etc(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
         "127.0.0.1\tlocalhost evolve-trial\n::1\tlocalhost ip6-localhost ip6-loopback\n",
     )?;
     std::fs::write(dir.join("hostname"), "evolve-trial\n")?;
-    Ok(())
+    Ok(bound)
 }
 
 impl Bubblewrap {
@@ -304,20 +338,11 @@ impl Bubblewrap {
                 _ => {}
             }
         }
-        v.extend(["--proc", "/proc", "--dev", "/dev", "--dir", "/etc"].map(String::from));
-        for name in ETC_ALLOWLIST {
+        v.extend(["--proc", "/proc", "--dev", "/dev", "--ro-bind"].map(String::from));
+        v.extend([jail.etc.to_string_lossy().into_owned(), "/etc".into()]);
+        for name in &jail.etc_dirs {
             let host = format!("/etc/{name}");
-            v.extend(["--ro-bind-try".into(), host.clone(), host]);
-        }
-        if jail.network {
-            v.extend(["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"].map(String::from));
-        }
-        for name in ["passwd", "group", "hosts", "hostname"] {
-            v.extend([
-                "--ro-bind".into(),
-                jail.etc.join(name).to_string_lossy().into_owned(),
-                format!("/etc/{name}"),
-            ]);
+            v.extend(["--ro-bind".into(), host.clone(), host]);
         }
         // bwrap would create a bind's missing parents readable by root alone; make them
         // explicitly, traversable by the phase's user.

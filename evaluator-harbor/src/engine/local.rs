@@ -421,6 +421,8 @@ struct Trial<'a> {
     deny_net: bool,
     marker: String,
     output_cap: u64,
+    /// The host's `/etc` directories a jail binds (see [`contain::write_etc`]).
+    etc_dirs: Vec<String>,
 }
 
 /// One phase of a trial.
@@ -496,6 +498,7 @@ impl Trial<'_> {
                     workdir: self.workdir.clone(),
                     network: !self.deny_net,
                     etc: self.l.etc.clone(),
+                    etc_dirs: self.etc_dirs.clone(),
                     uid: user.uid,
                     gid: user.gid,
                     limits: self.limits(p.timeout, user),
@@ -601,8 +604,9 @@ impl LocalEngine {
         } else {
             l.app.to_string_lossy().into_owned()
         };
+        let mut etc_dirs = Vec::new();
         if let Mode::Contained { user, .. } = &mode {
-            contain::write_etc(&l.etc, user.uid, user.gid)
+            etc_dirs = contain::write_etc(&l.etc, user.uid, user.gid, !deny_net)
                 .map_err(|e| Error::io("cannot write the sandbox's /etc", &l.etc, e))?;
             for d in [
                 &l.app,
@@ -632,6 +636,7 @@ impl LocalEngine {
             deny_net,
             marker: marker(),
             output_cap: self.output_cap,
+            etc_dirs,
         };
         let l = &trial.l;
         let mut result = TrialResult {
