@@ -743,7 +743,7 @@ impl Driver {
     /// its select yields no parents (it cannot be loaded, fails, or returns no eligible
     /// parent), gen/0's select, frozen by `evolve init` and checked there, chooses
     /// instead and the `select` event records the `fallback`: otherwise one champion
-    /// with a broken select would fail every later generation. When gen/0's select
+    /// with a broken select would fail every later generation. When the last resort
     /// cannot even be loaded, no generation can run, and the run stops with an error.
     async fn select(&self, generation: u32, fresh: &[String]) -> Result<Option<Vec<String>>> {
         let state = self.state();
@@ -786,8 +786,9 @@ impl Driver {
                     .await?
                 {
                     Ok(p) => {
-                        fallback =
-                            Some(json!({"from": from, "reason": child::clip(&first.reason, 2000)}));
+                        fallback = Some(
+                            json!({"from": from, "reason": child::clip(&self.redactor.redact(&first.reason), 2000)}),
+                        );
                         from = "gen/0".into();
                         run_dir = dir;
                         p
