@@ -33,6 +33,9 @@ fn main() {
         println!("cargo::rerun-if-changed={}", root.join(dir).display());
     }
     println!("cargo::rerun-if-env-changed=EVOLVE_SKIP_COMPONENT_BUILD");
+    if std::env::var_os("EVOLVE_SKIP_COMPONENT_BUILD").is_none() {
+        ensure_wasm_target();
+    }
 
     let mut crates = library_crates(&root);
     let library_count = crates.len();
@@ -291,6 +294,41 @@ fn test_crates(root: &Path) -> Vec<Crate> {
         .collect()
 }
 
+/// The wasm32-wasip2 target must be installed for the active toolchain before anything is
+/// built for it. rustup installs the `targets` of `rust-toolchain.toml` only when it
+/// installs the toolchain itself; a toolchain that was already there is used as it is. So
+/// check the sysroot first, add the target with rustup if it is missing, and stop with one
+/// line naming the command to run only if that fails too.
+fn ensure_wasm_target() {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let sysroot = Command::new(&rustc)
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+    let installed = |root: &Option<PathBuf>| {
+        root.as_ref()
+            .is_some_and(|r| r.join("lib/rustlib/wasm32-wasip2/lib").is_dir())
+    };
+    if installed(&sysroot) {
+        return;
+    }
+    // The toolchain cargo runs under (rustup's proxy names it), else the pinned one.
+    let toolchain = std::env::var("RUSTUP_TOOLCHAIN").unwrap_or_else(|_| "1.95.0".into());
+    let add = format!("rustup target add wasm32-wasip2 --toolchain {toolchain}");
+    println!("cargo::warning=the wasm32-wasip2 target is missing; running `{add}`");
+    let added = Command::new("rustup")
+        .args(["target", "add", "wasm32-wasip2", "--toolchain", &toolchain])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !(added && installed(&sysroot)) {
+        panic!(
+            "evolve build: the operator components need the wasm32-wasip2 target, which is not installed for this toolchain and could not be added; run `{add}`, then build again"
+        );
+    }
+}
+
 fn build_components(root: &Path, target_dir: &Path, crates: &[Crate]) {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
@@ -343,7 +381,7 @@ fn build_components(root: &Path, target_dir: &Path, crates: &[Crate]) {
     if !status.success() {
         panic!(
             "evolve build: building the operator components for wasm32-wasip2 failed (see the \
-             errors above). If the target is missing, run `rustup target add wasm32-wasip2`."
+             errors above)."
         );
     }
 }
