@@ -446,3 +446,31 @@ fn ctrl_c_during_mutate_discards_the_fork_and_the_next_run_starts_the_child_agai
     let selects = e.events().iter().filter(|x| x["type"] == "select").count();
     assert_eq!(selects, 1, "the archived select decision is reused");
 }
+
+/// A machine that cannot contain a local trial gets one clear error before anything is
+/// made: no workspace, no key, and never an unconfined run.
+#[test]
+fn without_a_sandbox_demo_and_init_stop_before_making_anything() {
+    let e = scratch();
+    for args in [
+        &["demo", "fresh-demo"][..],
+        &["init", "fresh-init", "--recipe", "local_demo"],
+    ] {
+        let out = e
+            .evolve(args)
+            .env("EVOLVE_LOCAL_NO_BWRAP", "1")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        let err = stderr(&out);
+        assert!(err.contains("bubblewrap"), "{err}");
+        assert!(err.contains("apt-get install bubblewrap"), "{err}");
+        assert!(err.contains("unconfined_trials"), "{err}");
+        assert!(
+            !e.root().join(args[1]).exists(),
+            "{args:?} made a workspace"
+        );
+    }
+    let keys = std::fs::read_dir(&e.keys).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(keys, 0, "a key was made for a workspace that cannot run");
+}

@@ -57,6 +57,22 @@ pub struct Initialized {
 }
 
 /// Create the workspace described by `req`.
+/// A local engine that cannot contain its trials could never run this experiment: say so
+/// before a workspace and a key are made for it (probed once per process).
+fn refuse_uncontainable(engine: &EngineConfig) -> Result<()> {
+    use evaluator_harbor::engine::contain;
+    if engine.engine != "local" || engine.unconfined_trials {
+        return Ok(());
+    }
+    match contain::bubblewrap() {
+        Ok(_) => Ok(()),
+        Err(why) => {
+            let e = contain::unavailable(why);
+            Err(err(e.message).hint(e.hint.unwrap_or_default()))
+        }
+    }
+}
+
 pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
     refuse_existing(&req.dir)?;
     let mut shape = recipe::check_shape(&req.recipe_text);
@@ -92,6 +108,7 @@ pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
         );
     }
     let engine = EngineConfig::from_recipe(&recipe);
+    refuse_uncontainable(&engine)?;
     let task_set = add_evaluator(&recipe, &engine, sources.tasks, &mut files)?;
     add_operators(
         &recipe,
