@@ -98,3 +98,85 @@ fn schema_is_json_schema() {
     let missing = evolve(&["recipe", "check", "/nonexistent/recipe.yaml"]);
     assert_eq!(missing.status.code(), Some(2));
 }
+
+/// The disk quota of a binding: defaults filled in, bounds checked with the path.
+#[test]
+fn bindings_carry_a_disk_quota() {
+    let dir = tempfile::tempdir().unwrap();
+    let component = Path::new(evolve::builtin::TEST_COMPONENTS_DIR).join("tc_hostile_mutate.wasm");
+    std::fs::copy(&component, dir.path().join("mutator.wasm")).unwrap();
+    let path = dir.path().join("recipe.yaml");
+    std::fs::write(&path, recipe("./mutator.wasm", "{}", "notes")).unwrap();
+    let out = evolve(&["recipe", "check", path.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["valid"], true, "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(v["recipe"]["operators"]["mutate"]["disk_mib"], 256);
+    assert_eq!(v["recipe"]["operators"]["mutate"]["disk_files"], 10000);
+    let text = recipe("./mutator.wasm", "{}", "notes").replace(
+        "mutate: {operator: ./mutator.wasm,",
+        "mutate: {operator: ./mutator.wasm, disk_mib: 0, disk_files: 0,",
+    );
+    std::fs::write(&path, text).unwrap();
+    let out = evolve(&["recipe", "check", path.to_str().unwrap()]);
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert!(all.contains("operators.mutate.disk_mib"), "{all}");
+    assert!(all.contains("operators.mutate.disk_files"), "{all}");
+}
+
+/// Issue 22: an endpoint given in `EVOLVE_MODEL_ENDPOINT` (which may carry credentials)
+/// must not reach gen/0's committed files.
+#[test]
+fn the_model_endpoint_from_the_environment_is_not_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = Path::new(env!("CARGO_MANIFEST_DIR")).join("../recipes/gepa.yaml");
+    let secret = "http://user:s3cret-token@model.example.invalid/v1";
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_evolve"))
+            .args(args)
+            .current_dir(dir.path())
+            .env("EVOLVE_MODEL_ENDPOINT", secret)
+            .env("EVOLVE_MODEL", "m")
+            .env("EVOLVE_KEY_DIR", dir.path().join("keys"))
+            .env(
+                "EVOLVE_CACHE_DIR",
+                Path::new(env!("CARGO_TARGET_TMPDIR")).join("evolve-cache"),
+            )
+            .output()
+            .unwrap()
+    };
+    let out = run(&["init", "ws", "--recipe", recipe.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(&["checkout", "0", "gen0", "-w", "ws"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut stack = vec![dir.path().join("gen0")];
+    let mut files = 0;
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if let Ok(text) = std::fs::read(&p) {
+                files += 1;
+                assert!(
+                    !String::from_utf8_lossy(&text).contains("s3cret-token"),
+                    "{} holds the endpoint",
+                    p.display()
+                );
+            }
+        }
+    }
+    assert!(files > 0);
+}
