@@ -640,6 +640,48 @@ fn a_champion_whose_select_no_longer_loads_falls_back_to_gen0s_select() {
 }
 
 #[test]
+fn a_select_that_keeps_failing_stops_the_run_after_three_generations() {
+    // gen/0's own select (hostile_select) reports an error on every call: there is no
+    // fallback, and without the limit all five generations would fail and the run end
+    // `complete` with exit 0.
+    let e = Exp::new(&Spec {
+        generations: 5,
+        ..Spec::default()
+    });
+    let recipe = e.root().join("recipe.yaml");
+    let yaml = std::fs::read_to_string(&recipe).unwrap();
+    let hostile = format!(
+        "select: {{operator: {}, config: {{attack: read_passwd}}}}",
+        ws::component("hostile_select").display()
+    );
+    assert!(yaml.contains("select: {operator: greedy}"));
+    std::fs::write(
+        &recipe,
+        yaml.replace("select: {operator: greedy}", &hostile),
+    )
+    .unwrap();
+    e.init();
+    let out = e.evolve(&["run", "ws"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("select gave no parents in 3 consecutive generations; the last: "),
+        "{err}"
+    );
+    let log = e.log();
+    for genid in ["1", "2", "3"] {
+        let show = e.json(&["show", genid, "-w", "ws", "--json"]);
+        assert_eq!(show["row"]["status"], "operator_failed", "{show:#}");
+        assert_eq!(show["row"]["failure_stage"], "select", "{show:#}");
+    }
+    assert!(
+        !log.iter().any(|r| r["genid"] == "4"),
+        "the run stopped: {log:#?}"
+    );
+    e.run_ok(&["verify", "ws"]);
+}
+
+#[test]
 fn the_default_demo_improves_reports_the_anchor_and_verifies() {
     let tmp = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_evolve"))

@@ -284,6 +284,9 @@ pub struct Driver {
     /// Wall time spent in evaluations so far (checkout, engine, summary), for
     /// `evolve bench` to tell the framework's own time from the evaluator's.
     evaluation_time: Mutex<std::time::Duration>,
+    /// Consecutive generations of this run whose select gave no parents (see
+    /// [`MAX_SELECT_FAILURES`]).
+    select_failures: std::sync::atomic::AtomicU32,
     _lock: RunLock,
 }
 
@@ -346,6 +349,7 @@ impl Driver {
             recycling: checkouts::Recycling::default(),
             notes: Mutex::default(),
             evaluation_time: Mutex::default(),
+            select_failures: Default::default(),
             _lock: lock,
         })
     }
@@ -816,6 +820,8 @@ impl Driver {
         }
         body.insert("recipe_sha256".into(), json!(self.recipe.sha256()));
         self.append("select", None, body)?;
+        self.select_failures
+            .store(0, std::sync::atomic::Ordering::Relaxed);
         self.say(format!("gen {generation}: select → {}", parents.join(", ")));
         Ok(Some(assign(&parents, fresh.len())))
     }
@@ -896,6 +902,15 @@ impl Driver {
             ))
             .hint("the last resort is gen/0's select (or a driver revision's), frozen by the host: run `evolve verify` on the workspace, then start a new one from the recipe"));
         }
+        let failures = 1 + self
+            .select_failures
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if failures >= MAX_SELECT_FAILURES {
+            return Err(RunError::new(format!(
+                "select gave no parents in {failures} consecutive generations; the last: {reason}"
+            ))
+            .hint("each failure is archived (`evolve log`, `evolve show GENID`); `evolve run` tries again"));
+        }
         Ok(None)
     }
 
@@ -911,6 +926,12 @@ impl Driver {
         Ok(())
     }
 }
+
+/// A run stops once select, with its fallback, gave no parents in this many consecutive
+/// generations: a failure that persists would otherwise fail every remaining generation
+/// and end the run as `complete`. One or two in a row (a timeout on a loaded machine)
+/// only cost their generations.
+const MAX_SELECT_FAILURES: u32 = 3;
 
 /// Where the run directory keeps gen/0's select call when the champion's gave no
 /// parents (`runs/gen-<n>/select-gen0`).
