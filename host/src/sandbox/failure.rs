@@ -123,14 +123,18 @@ impl fmt::Display for OperatorFailure {
             OperatorFailure::QuotaExceeded(b) => write!(
                 f,
                 "the operator went over its disk quota in {}: it added {}{} bytes and {}{} \
-                 files, the quota is {} bytes and {} files; what it wrote there was removed",
+                 files, the quota is {} bytes and {} files{}; what it wrote there was removed",
                 b.grant,
                 if b.at_least { "at least " } else { "" },
                 b.bytes,
                 if b.at_least { "at least " } else { "" },
                 b.files,
                 b.limit_bytes,
-                b.limit_files
+                b.limit_files,
+                match &b.unwalkable {
+                    Some(why) => format!(", and it made a directory the host cannot walk ({why})"),
+                    None => String::new(),
+                }
             ),
             OperatorFailure::MalformedResult(m) => {
                 write!(f, "the operator returned a malformed result: {m}")
@@ -157,6 +161,8 @@ pub struct QuotaBreach {
     pub limit_files: u64,
     /// The walk stopped once the quota was clearly exceeded: the guest wrote more.
     pub at_least: bool,
+    /// Why part of the grant could not be walked (counted as over the quota).
+    pub unwalkable: Option<String>,
 }
 
 /// Turn a wasmtime error from instantiate/call into a typed failure.

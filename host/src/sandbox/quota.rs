@@ -66,12 +66,16 @@ struct Grant {
     before: HashMap<PathBuf, Stamp>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Usage {
     bytes: u64,
     files: u64,
     /// The walk stopped early because the quota was already exceeded.
     cut: bool,
+    /// A directory that exists but cannot be walked (a tree nested past `PATH_MAX`
+    /// through directory handles, say): what it holds cannot be counted, so the grant
+    /// counts as over its quota (fail closed).
+    unwalkable: Option<String>,
 }
 
 /// Walk `root` without following links, stopping once `max_bytes` or `max_files` is
@@ -86,17 +90,31 @@ fn measure(
         bytes: 0,
         files: 0,
         cut: false,
+        unwalkable: None,
     };
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            // Removed by the guest while we walked: nothing there to count.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                usage.cut = true;
+                usage.unwalkable = Some(e.to_string());
+                return usage;
+            }
         };
         for entry in entries.flatten() {
             let path = entry.path();
             // `symlink_metadata`: a link counts as one entry and is never followed.
-            let Ok(meta) = std::fs::symlink_metadata(&path) else {
-                continue;
+            let meta = match std::fs::symlink_metadata(&path) {
+                Ok(meta) => meta,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    usage.cut = true;
+                    usage.unwalkable = Some(e.to_string());
+                    return usage;
+                }
             };
             usage.files += 1;
             if meta.is_file() {
@@ -160,13 +178,15 @@ impl Quota {
             let now = measure(&g.host, max_bytes, max_files, |_, _| {});
             let bytes = now.bytes.saturating_sub(g.base_bytes);
             let files = now.files.saturating_sub(g.base_files);
-            (bytes > self.limit_bytes || files > self.limit_files).then(|| QuotaBreach {
+            let over = bytes > self.limit_bytes || files > self.limit_files;
+            (over || now.unwalkable.is_some()).then(|| QuotaBreach {
                 grant: g.guest.clone(),
                 bytes,
                 files,
                 limit_bytes: self.limit_bytes,
                 limit_files: self.limit_files,
                 at_least: now.cut,
+                unwalkable: now.unwalkable,
             })
         })
     }
@@ -307,6 +327,31 @@ mod tests {
         }
         let b = q.check().expect("3 files over a 2-file quota");
         assert_eq!((b.bytes, b.files, b.at_least), (0, 3, true));
+    }
+
+    /// A tree nested deeper than `PATH_MAX`, built through directory handles as a guest
+    /// can: the host cannot walk it by path, so it counts as over the quota (fail
+    /// closed), and it is removed.
+    #[test]
+    fn a_tree_too_deep_to_walk_is_over_the_quota_and_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = Quota::begin(
+            &[("/scratch".into(), dir.path().to_path_buf())],
+            1 << 30,
+            1 << 20,
+        );
+        let name = "d".repeat(200);
+        let mut at =
+            cap_std::fs::Dir::open_ambient_dir(dir.path(), cap_std::ambient_authority()).unwrap();
+        for _ in 0..30 {
+            at.create_dir(&name).unwrap();
+            at = at.open_dir(&name).unwrap();
+        }
+        at.write("hidden.bin", vec![0u8; 4096]).unwrap();
+        let b = q.check().expect("an unwalkable tree is over the quota");
+        assert!(b.unwalkable.is_some(), "{b:?}");
+        q.remove_writes();
+        assert_eq!(walkdir(dir.path()), Vec::<String>::new());
     }
 
     fn walkdir(root: &Path) -> Vec<String> {
