@@ -521,3 +521,120 @@ async fn the_guest_is_told_the_enforced_deadline() {
     let report = run(&sandbox(), "deadline", timeout(5)).await;
     assert_eq!(parents(&report), ["5000"]);
 }
+
+fn row(genid: &str) -> evolve::sandbox::types::ArchiveRow {
+    use evolve::sandbox::types::*;
+    ArchiveRow {
+        generation_id: genid.into(),
+        parent: Some("0".into()),
+        generation: 1,
+        status: GenerationStatus::Complete,
+        score: Some(0.5),
+        eligible: true,
+        verdict: Some(Verdict::Keep),
+        children: 0,
+        task_vector: Vec::new(),
+        cost_usd: 0.0,
+        annotations: "{}".into(),
+    }
+}
+
+async fn run_record(attack: &str) -> CallReport {
+    let fx = Fixture::new();
+    let input = evolve::sandbox::StageInput::Record {
+        ctx: ctx(serde_json::json!({ "attack": attack })),
+        child: row("1"),
+        diff: None,
+    };
+    run_on(&fx, Stage::Record, "hostile_record", input, timeout(60)).await
+}
+
+/// Issue 22: 7 MiB of annotations per generation were archived. One annotation object
+/// is at most 64 KiB of canonical JSON; the cap is exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_annotations_are_malformed() {
+    let cap = evolve::sandbox::MAX_ANNOTATION_BYTES;
+    assert_failure(
+        &run_record("huge").await,
+        &OperatorFailure::MalformedResult(format!(
+            "the annotations are {} bytes of canonical JSON; the cap is {cap}",
+            (7 << 20) + 13
+        )),
+    );
+    assert_failure(
+        &run_record("just_over").await,
+        &OperatorFailure::MalformedResult(format!(
+            "the annotations are {} bytes of canonical JSON; the cap is {cap}",
+            cap + 1
+        )),
+    );
+    let report = run_record("at_cap").await;
+    assert!(
+        matches!(report.outcome, Ok(StageOutput::Annotations(_))),
+        "{}",
+        brief(&report.outcome)
+    );
+}
+
+async fn run_reflect(
+    attack: &str,
+    playbook: Vec<evolve::sandbox::types::PlaybookEntry>,
+) -> CallReport {
+    let fx = Fixture::new();
+    let input = evolve::sandbox::StageInput::Reflect {
+        ctx: ctx(serde_json::json!({ "attack": attack })),
+        archive: evolve::sandbox::types::ArchiveView {
+            rows: vec![row("1")],
+            champion: None,
+        },
+        playbook,
+    };
+    run_on(&fx, Stage::Reflect, "hostile_reflect", input, timeout(60)).await
+}
+
+fn malformed(report: &CallReport) -> &str {
+    match failure(report) {
+        OperatorFailure::MalformedResult(m) => m,
+        other => panic!("expected malformed_result, got {other:?}"),
+    }
+}
+
+/// One playbook operation is at most 64 KiB, one result's operations and the whole
+/// playbook (what reflect was handed plus its adds) at most 1 MiB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_playbook_is_capped_per_operation_and_in_total() {
+    use evolve::sandbox::types::PlaybookEntry;
+    assert_eq!(
+        malformed(&run_reflect("huge_op", Vec::new()).await),
+        format!(
+            "playbook operation 0 is {} bytes; the cap is {}",
+            (100 << 10) + 6,
+            evolve::sandbox::MAX_PLAYBOOK_OP_BYTES
+        )
+    );
+    let handed: Vec<PlaybookEntry> = (0..12)
+        .map(|i| PlaybookEntry {
+            id: format!("old{i}"),
+            text: "o".repeat(60 << 10),
+            data: "{}".into(),
+        })
+        .collect();
+    let m = run_reflect("grow", handed.clone()).await;
+    let m = malformed(&m);
+    assert!(
+        m.starts_with("the playbook would be ") && m.ends_with("the cap is 1048576"),
+        "{m}"
+    );
+    let m = run_reflect("many_credits", Vec::new()).await;
+    let m = malformed(&m);
+    assert!(
+        m.starts_with("the playbook operations are over 1048576 bytes"),
+        "{m}"
+    );
+    let report = run_reflect("ok", handed).await;
+    assert!(
+        matches!(report.outcome, Ok(StageOutput::Playbook(_))),
+        "{}",
+        brief(&report.outcome)
+    );
+}
