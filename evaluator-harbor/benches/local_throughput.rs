@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use evaluator_harbor::agent::AgentSpec;
 use evaluator_harbor::engine::local::LocalEngine;
-use evaluator_harbor::engine::process::sandbox_level;
+use evaluator_harbor::engine::contain;
 use evaluator_harbor::engine::{EvaluationPlan, NoProgress, run_evaluation};
 
 fn main() {
@@ -45,8 +45,12 @@ fn main() {
         .build()
         .unwrap();
     println!(
-        "local engine, oracle agent, {n_tasks} trivial tasks, sandbox {:?}",
-        sandbox_level()
+        "local engine, oracle agent, {n_tasks} trivial tasks, bubblewrap: {}",
+        match contain::bubblewrap() {
+            Ok(b) if b.privileged() => "as root, dedicated uids".to_string(),
+            Ok(_) => "in a user namespace".to_string(),
+            Err(why) => format!("unavailable ({why})"),
+        }
     );
     for n in [1usize, 2] {
         let out = tmp.path().join(format!("out-{n}"));
