@@ -120,22 +120,22 @@ impl fmt::Display for OperatorFailure {
             }
             OperatorFailure::StackOverflow => write!(f, "the operator overflowed its stack"),
             OperatorFailure::OutOfFuel => write!(f, "the operator used up its fuel"),
-            OperatorFailure::QuotaExceeded(b) => write!(
-                f,
-                "the operator went over its disk quota in {}: it added {}{} bytes and {}{} \
-                 files, the quota is {} bytes and {} files{}; what it wrote there was removed",
-                b.grant,
-                if b.at_least { "at least " } else { "" },
-                b.bytes,
-                if b.at_least { "at least " } else { "" },
-                b.files,
-                b.limit_bytes,
-                b.limit_files,
-                match &b.unwalkable {
-                    Some(why) => format!(", and it made a directory the host cannot walk ({why})"),
-                    None => String::new(),
-                }
-            ),
+            OperatorFailure::QuotaExceeded(b) => {
+                let at_least = if b.at_least { "at least " } else { "" };
+                let what = if let Some(why) = &b.unwalkable {
+                    format!("it made a directory the host cannot walk ({why})")
+                } else if b.files > b.limit_files {
+                    format!("it added {at_least}{} files", b.files)
+                } else {
+                    format!("it added {at_least}{} bytes", b.bytes)
+                };
+                write!(
+                    f,
+                    "the operator went over its disk quota in {}: {what}; the quota is {} \
+                     bytes and {} files; what it wrote there was removed",
+                    b.grant, b.limit_bytes, b.limit_files
+                )
+            }
             OperatorFailure::MalformedResult(m) => {
                 write!(f, "the operator returned a malformed result: {m}")
             }
