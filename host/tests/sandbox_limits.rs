@@ -638,3 +638,31 @@ async fn the_playbook_is_capped_per_operation_and_in_total() {
         brief(&report.outcome)
     );
 }
+
+/// A guest over its quota and then blocked in a host call (a 30 s sleep), where no
+/// epoch tick reaches it, is dropped by the quota watcher's wake-up, not at its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_over_quota_and_blocked_in_a_host_call_is_stopped() {
+    let fx = Fixture::new();
+    let limits = Limits {
+        disk_bytes: 8 << 20,
+        ..timeout(60)
+    };
+    let report = run_on(
+        &fx,
+        Stage::Select,
+        "hostile_select",
+        select_input("fill_then_sleep"),
+        limits,
+    )
+    .await;
+    let b = quota_breach(&report);
+    assert!(b.bytes > 8 << 20, "{b:?}");
+    // Without the wake-up it would be found only after the 30 s sleep.
+    assert!(
+        report.elapsed < std::time::Duration::from_secs(10),
+        "{:?}",
+        report.elapsed
+    );
+    assert_eq!(entries(&fx.scratch), Vec::<String>::new());
+}

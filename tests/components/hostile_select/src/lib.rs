@@ -123,6 +123,12 @@ impl Select for HostileSelect {
                 let n = attacks::fill_file("/scratch/fill.bin", 1 << 30)?;
                 return Ok(vec![format!("wrote {n} bytes")]);
             }
+            // Over the quota, then blocked in a host call: the epoch cannot stop it.
+            "fill_then_sleep" => {
+                attacks::fill_file("/scratch/fill.bin", 9 << 20)?;
+                std::thread::sleep(std::time::Duration::from_secs(30));
+                return Ok(vec!["woke up after 30 s".into()]);
+            }
             "many_files" => {
                 let n = attacks::many_files("/scratch", 100_000)?;
                 return Ok(vec![format!("made {n} files")]);
