@@ -858,6 +858,12 @@ impl Driver {
             &self.redactor,
         );
         let playbook = playbook_entries(&state);
+        // Entries archived before the caps existed could add up past what reflect may be
+        // handed: skip the call rather than hand it an oversized playbook.
+        if let Err(why) = crate::sandbox::check_playbook_size(&playbook) {
+            self.say(format!("gen {genid}: reflect skipped: {why}"));
+            return Ok(());
+        }
         let ctx = self.stages.context(Stage::Reflect, genid, parent);
         let root = self.commit_checkout(self.ws.genesis)?;
         let meter = Meter::default();

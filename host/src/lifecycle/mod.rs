@@ -883,6 +883,14 @@ impl Driver {
         if parents.is_empty() {
             return no("select returned no parent".into());
         }
+        // One parent per child, or one for all: anything longer would only be archived.
+        if parents.len() > fresh.len().max(1) {
+            return no(format!(
+                "malformed_result: select returned {} parent ids for {} children; give at most one per child",
+                parents.len(),
+                fresh.len()
+            ));
+        }
         Ok(Ok(parents))
     }
 

@@ -11,7 +11,6 @@ use crate::sandbox::{
 use serde_json::{Value, json};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 mod edits;
 mod script;
@@ -150,13 +149,8 @@ impl Stages {
     }
 
     fn limits(&self, stage: Stage) -> Limits {
-        let mut limits = Limits::default();
-        if let Some(b) = self.binding(stage) {
-            limits.timeout = Duration::from_secs_f64(b.timeout_s.max(0.001));
-            limits.memory_bytes = (b.memory_mib as usize) << 20;
-            limits.fuel = b.fuel;
-        }
-        limits
+        self.binding(stage)
+            .map_or_else(Limits::default, |b| b.limits())
     }
 
     /// Call `stage`'s operator from `checkout`. `record` is what the run directory keeps

@@ -37,6 +37,8 @@ pub struct Spec {
     pub mutate: Value,
     pub mutate_timeout_s: f64,
     pub mutate_memory_mib: Option<u32>,
+    /// The mutate binding's `disk_mib` (its writable grants' quota), if not the default.
+    pub mutate_disk_mib: Option<u32>,
     pub gate: GateSpec,
     pub surface: Vec<String>,
     pub generations: u32,
@@ -54,6 +56,7 @@ impl Default for Spec {
             mutate: json!({"action": "climb"}),
             mutate_timeout_s: 60.0,
             mutate_memory_mib: None,
+            mutate_disk_mib: None,
             gate: GateSpec::Hillclimb,
             surface: vec!["target/value.txt".into()],
             generations: 1,
@@ -452,7 +455,10 @@ fn recipe(spec: &Spec, components: &Path) -> String {
     let mutate_op = quoted(components.join("selftest_mutate.wasm"));
     let memory = spec
         .mutate_memory_mib
-        .map_or(String::new(), |m| format!(", memory_mib: {m}"));
+        .map_or(String::new(), |m| format!(", memory_mib: {m}"))
+        + &spec
+            .mutate_disk_mib
+            .map_or(String::new(), |m| format!(", disk_mib: {m}"));
     let (gate_op, gate_cfg) = match &spec.gate {
         GateSpec::Hillclimb => ("hillclimb".to_string(), json!({})),
         GateSpec::Slow { sleep_ms } => (

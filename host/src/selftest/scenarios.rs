@@ -1167,6 +1167,8 @@ fn quota(c: &mut Ctx) -> Check {
         c,
         &Spec {
             mutate: json!({"action": "fill", "variant": variant}),
+            // Smaller than the default, so the binding's own quota is what stops it.
+            mutate_disk_mib: Some(32),
             ..Spec::default()
         },
     )?;
@@ -1187,13 +1189,16 @@ fn quota(c: &mut Ctx) -> Check {
             scratch.display()
         ));
     }
-    let done = rejected(c, &t, "operator_failed", &["mutate", "quota_exceeded"])?;
+    let limit = if variant == "scratch_files" { "10000 files" } else { "33554432 bytes" };
+    let done = rejected(c, &t, "operator_failed", &["mutate", "quota_exceeded", limit])?;
     Ok(format!("{variant}: scratch empty, nothing kept; {done}"))
 }
 
 /// A select that returns 1,000 ids for one child (the archive once kept 900,000).
 const MANY_IDS_SELECT: &str =
     "fn select(ctx, archive) {\n    let ids = [];\n    ids.pad(1000, \"0\");\n    ids\n}\n";
+/// Two ids for the lab's one child: under the sandbox's cap, but more than one per child.
+const TWO_IDS_SELECT: &str = "fn select(ctx, archive) {\n    [\"0\", \"0\"]\n}\n";
 /// A record that returns a 100 KB annotation (archived with every generation once).
 const HUGE_RECORD: &str = "fn annotate(ctx, child) {\n    let blob = \"\";\n    blob.pad(100000, 'x');\n    #{x_blob: blob}\n}\n";
 
@@ -1201,10 +1206,15 @@ fn oversized_select_and_record(c: &mut Ctx) -> Check {
     let archive_bytes =
         |t: &Trial| std::fs::metadata(t.ws.join(".evolve/archive.jsonl")).map_or(0, |m| m.len());
     if c.rng.below(2) == 0 {
+        let (ids, script) = if c.rng.below(2) == 0 {
+            (1000, MANY_IDS_SELECT)
+        } else {
+            (2, TWO_IDS_SELECT)
+        };
         let t = run_one(
             c,
             &Spec {
-                select_script: Some(MANY_IDS_SELECT),
+                select_script: Some(script),
                 ..Spec::default()
             },
         )?;
@@ -1218,11 +1228,8 @@ fn oversized_select_and_record(c: &mut Ctx) -> Check {
         // Select fails for the whole generation before any child has a parent, so the
         // check reads gen 1's status event rather than its row.
         let (status, reason) = checks::stop_reason(&t, "1")?.ok_or("gen 1 has no status event")?;
-        let needles = [
-            "select",
-            "malformed_result",
-            "select returned 1000 parent ids",
-        ];
+        let returned = format!("select returned {ids} parent ids");
+        let needles = ["select", "malformed_result", returned.as_str()];
         if status != "operator_failed" || needles.iter().any(|n| !reason.contains(n)) {
             return Err(format!("gen 1 stopped as {status}: {reason}"));
         }
@@ -1237,7 +1244,7 @@ fn oversized_select_and_record(c: &mut Ctx) -> Check {
         checks::champion_reproduces(&t)?;
         let done = "gen 1: operator_failed (select, malformed_result); champion gen 0 re-evaluates";
         return Ok(format!(
-            "select, 1000 ids: {done}; archive {} bytes",
+            "select, {ids} ids: {done}; archive {} bytes",
             archive_bytes(&t)
         ));
     }
