@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use evaluator_harbor::agent::AgentSpec;
-use evaluator_harbor::engine::local::LocalEngine;
 use evaluator_harbor::engine::contain;
+use evaluator_harbor::engine::local::LocalEngine;
 use evaluator_harbor::engine::{EvaluationPlan, NoProgress, run_evaluation};
 
 fn main() {

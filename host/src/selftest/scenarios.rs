@@ -1189,8 +1189,17 @@ fn quota(c: &mut Ctx) -> Check {
             scratch.display()
         ));
     }
-    let limit = if variant == "scratch_files" { "10000 files" } else { "33554432 bytes" };
-    let done = rejected(c, &t, "operator_failed", &["mutate", "quota_exceeded", limit])?;
+    let limit = if variant == "scratch_files" {
+        "10000 files"
+    } else {
+        "33554432 bytes"
+    };
+    let done = rejected(
+        c,
+        &t,
+        "operator_failed",
+        &["mutate", "quota_exceeded", limit],
+    )?;
     Ok(format!("{variant}: scratch empty, nothing kept; {done}"))
 }
 
