@@ -50,6 +50,27 @@ fn target(dir: &Path, extra: &str) -> AgentSpec {
     AgentSpec::Target(AgentManifest::load(dir).unwrap())
 }
 
+/// One trial of the test component, with `env` as its `[env]`, on a task of its own.
+async fn one_trial(
+    tmp: &Path,
+    task_toml: &str,
+    test_sh: &str,
+    env: &str,
+) -> evaluator_harbor::result::TrialResult {
+    let tasks = tmp.join("tasks");
+    write_task(&tasks, "t", task_toml, None, Some(test_sh));
+    let agent = target(&tmp.join("target"), &format!("[env]\n{env}"));
+    let r = run_dir(
+        Arc::new(LocalEngine::default()),
+        &tasks,
+        agent,
+        &tmp.join("out"),
+        1,
+    )
+    .await;
+    r.trials.into_iter().next().expect("one trial")
+}
+
 #[tokio::test]
 async fn a_wasi_component_agent_solves_hello_and_sees_only_its_preopens() {
     let tmp = tempfile::tempdir().unwrap();
@@ -75,24 +96,13 @@ async fn a_wasi_component_agent_solves_hello_and_sees_only_its_preopens() {
 #[tokio::test]
 async fn a_spinning_component_times_out() {
     let tmp = tempfile::tempdir().unwrap();
-    let tasks = tmp.path().join("tasks");
-    write_task(
-        &tasks,
-        "spin",
+    let t = one_trial(
+        tmp.path(),
         "[agent]\ntimeout_sec = 1\n",
-        None,
-        Some("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n"),
-    );
-    let agent = target(&tmp.path().join("target"), "[env]\nMODE = \"spin\"\n");
-    let r = run_dir(
-        Arc::new(LocalEngine::default()),
-        &tasks,
-        agent,
-        &tmp.path().join("out"),
-        1,
+        "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n",
+        "MODE = \"spin\"\n",
     )
     .await;
-    let t = &r.trials[0];
     assert_eq!(t.status, TrialStatus::Timeout, "{t:#?}");
     assert_eq!(t.timeout_owner, Some(TimeoutOwner::Agent));
     assert!(t.wall_time_sec < 10.0);
@@ -134,33 +144,19 @@ async fn a_hostile_component_agent_reaches_nothing_outside_its_preopens() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
-    let tasks = tmp.path().join("tasks");
-    write_task(
-        &tasks,
-        "probe",
-        "[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 20\n",
-        None,
-        Some("#!/bin/bash\n[ -e /app/probed ] && echo 1 > /logs/verifier/reward.txt\n"),
-    );
     let host_paths = format!(
         "{}:{}/exp.key:/etc/passwd:{}",
         keys.display(),
         keys.display(),
-        tasks.display()
+        tmp.path().join("tasks").display()
     );
-    let agent = target(
-        &tmp.path().join("target"),
-        &format!("[env]\nMODE = \"hostile\"\nHOST_PATHS = \"{host_paths}\"\nPORT = \"{port}\"\n"),
-    );
-    let r = run_dir(
-        Arc::new(LocalEngine::default()),
-        &tasks,
-        agent,
-        &tmp.path().join("out"),
-        1,
+    let t = &one_trial(
+        tmp.path(),
+        "[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 20\n",
+        "#!/bin/bash\n[ -e /app/probed ] && echo 1 > /logs/verifier/reward.txt\n",
+        &format!("MODE = \"hostile\"\nHOST_PATHS = \"{host_paths}\"\nPORT = \"{port}\"\n"),
     )
     .await;
-    let t = &r.trials[0];
     assert_eq!(t.status, TrialStatus::BenchmarkComplete, "{t:#?}");
     assert_eq!(t.reward, Some(1.0));
     // The host replaced the planted link with the real log instead of writing through it.
@@ -188,24 +184,13 @@ async fn a_hostile_component_agent_reaches_nothing_outside_its_preopens() {
 #[tokio::test]
 async fn a_component_agent_is_held_to_its_tasks_memory() {
     let tmp = tempfile::tempdir().unwrap();
-    let tasks = tmp.path().join("tasks");
-    write_task(
-        &tasks,
-        "hog",
+    let t = &one_trial(
+        tmp.path(),
         "[agent]\ntimeout_sec = 60\n[environment]\nmemory_mb = 64\n",
-        None,
-        Some("#!/bin/bash\necho 0 > /logs/verifier/reward.txt\n"),
-    );
-    let agent = target(&tmp.path().join("target"), "[env]\nMODE = \"hog\"\n");
-    let r = run_dir(
-        Arc::new(LocalEngine::default()),
-        &tasks,
-        agent,
-        &tmp.path().join("out"),
-        1,
+        "#!/bin/bash\necho 0 > /logs/verifier/reward.txt\n",
+        "MODE = \"hog\"\n",
     )
     .await;
-    let t = &r.trials[0];
     assert_eq!(t.status, TrialStatus::BenchmarkComplete, "{t:#?}");
     assert_eq!(t.agent_exit_code, Some(128), "{t:#?}");
     let log = std::fs::read_to_string(t.logs.agent_dir.join("agent.txt")).unwrap();
