@@ -5,7 +5,8 @@
 #   - busybox-static + bash-static: the offline Docker base image (FROM scratch, see
 #     testdata/build-base-image.sh), loaded with `docker import`;
 #   - bubblewrap (bwrap): the local engine's sandbox for every trial phase; util-linux
-#     (setpriv, which drops a phase to its dedicated uid) is part of Debian;
+#     (prlimit, which sets a phase's limits, and setpriv, which drops it to its dedicated
+#     uid) is part of Debian;
 #   - a Python >= 3.12 venv with `harbor` from PyPI under /var/cache/evolve-ci/harbor-venv, for
 #     the harbor-engine test (uses pyenv's 3.12 when the system python3 is older).
 set -euo pipefail
@@ -17,7 +18,7 @@ need_apt=()
 [ -x /bin/busybox ] || need_apt+=(busybox-static)
 [ -x /bin/bash-static ] || need_apt+=(bash-static)
 command -v bwrap >/dev/null || need_apt+=(bubblewrap)
-command -v setpriv >/dev/null || need_apt+=(util-linux)
+{ command -v setpriv && command -v prlimit; } >/dev/null || need_apt+=(util-linux)
 if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null

@@ -22,8 +22,8 @@
 //! rights (so it can bind directories under a 0700 home) and then `setpriv` drops the phase to
 //! a dedicated uid of its own (one per concurrent trial, from [`SANDBOX_UID_BASE`]), clearing
 //! every capability set. Otherwise bwrap runs unprivileged in a user namespace as the
-//! invoking user. Resource limits ([`Limits`]) are set with `setrlimit` before bwrap starts
-//! and inherited by everything in the phase.
+//! invoking user. Resource limits ([`Limits`]) are set by `prlimit` (util-linux), which
+//! then execs bwrap, so everything in the phase inherits them.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -88,7 +88,7 @@ pub struct Bind {
     pub writable: bool,
 }
 
-/// Per-process limits of a contained phase (`setrlimit`, inherited by every process).
+/// Per-process limits of a contained phase (set by `prlimit`, inherited by every process).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// `RLIMIT_DATA`: heap and private writable mappings of each process.
@@ -122,6 +122,10 @@ pub struct Jail {
 #[derive(Debug, Clone)]
 pub struct Bubblewrap {
     bwrap: PathBuf,
+    /// util-linux's `prlimit`, which sets the phase's limits and execs bwrap. (Setting them
+    /// in a `pre_exec` hook would make the host fork its whole address space for every
+    /// phase instead of spawning, which costs more than the extra exec.)
+    prlimit: PathBuf,
     /// `Some` when evolve runs as root: bwrap runs privileged and `setpriv` drops the phase
     /// to its dedicated uid.
     setpriv: Option<PathBuf>,
@@ -156,12 +160,17 @@ fn probe() -> std::result::Result<Bubblewrap, String> {
     let Some(bwrap) = find_program("bwrap") else {
         return Err("bubblewrap (bwrap) is not installed".into());
     };
+    let prlimit = find_program("prlimit").ok_or("prlimit (util-linux) is not installed")?;
     let setpriv = if running_as_root() {
         Some(find_program("setpriv").ok_or("setpriv (util-linux) is not installed")?)
     } else {
         None
     };
-    let b = Bubblewrap { bwrap, setpriv };
+    let b = Bubblewrap {
+        bwrap,
+        prlimit,
+        setpriv,
+    };
     let dir = tempfile::tempdir().map_err(|e| format!("cannot create a probe directory: {e}"))?;
     let etc = dir.path().join("etc");
     let (uid, gid) = if running_as_root() {
@@ -284,7 +293,18 @@ impl Bubblewrap {
 
     /// The full command line that runs `command` inside `jail`.
     pub fn argv(&self, jail: &Jail, command: &[String]) -> Vec<String> {
-        let mut v: Vec<String> = vec![self.bwrap.to_string_lossy().into_owned()];
+        let l = jail.limits;
+        let mut v: Vec<String> = vec![
+            self.prlimit.to_string_lossy().into_owned(),
+            format!("--nproc={}", l.processes),
+            format!("--data={}", l.memory_bytes),
+            format!("--fsize={}", l.file_bytes),
+        ];
+        if let Some(cpu) = l.cpu_seconds {
+            v.push(format!("--cpu={cpu}"));
+        }
+        v.push("--".into());
+        v.push(self.bwrap.to_string_lossy().into_owned());
         let mut arg = |a: &str| v.push(a.to_string());
         for a in [
             "--unshare-pid",
@@ -478,32 +498,5 @@ impl Drop for SandboxUser {
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(&slot);
         }
-    }
-}
-
-/// Set `limits` on the process `cmd` starts (inherited by bwrap and everything in the phase).
-pub fn apply_limits(cmd: &mut tokio::process::Command, limits: Limits) {
-    use rustix::process::{Resource, Rlimit, setrlimit};
-    let set = move |r: Resource, n: u64| {
-        setrlimit(
-            r,
-            Rlimit {
-                current: Some(n),
-                maximum: Some(n),
-            },
-        )
-    };
-    // SAFETY: the closure runs in the forked child before exec and only makes setrlimit
-    // system calls (async-signal-safe; no allocation, no locks).
-    unsafe {
-        cmd.pre_exec(move || {
-            set(Resource::Nproc, limits.processes)?;
-            set(Resource::Data, limits.memory_bytes)?;
-            set(Resource::Fsize, limits.file_bytes)?;
-            if let Some(c) = limits.cpu_seconds {
-                set(Resource::Cpu, c)?;
-            }
-            Ok(())
-        });
     }
 }

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal};
 
-use super::contain::{Bubblewrap, Jail, apply_limits};
+use super::contain::{Bubblewrap, Jail};
 
 /// How often a running phase's disk use is counted.
 pub const QUOTA_TICK: Duration = Duration::from_millis(200);
@@ -229,9 +229,6 @@ pub async fn run_phase(spec: &PhaseSpec) -> std::io::Result<PhaseOutcome> {
         })
         .process_group(0)
         .kill_on_drop(true);
-    if let Confinement::Contained { jail, .. } = &spec.confinement {
-        apply_limits(&mut cmd, jail.limits);
-    }
     let started = Instant::now();
     let mut child = cmd.spawn()?;
     drop(cmd); // closes our copies of the pipe's write end
