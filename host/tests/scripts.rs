@@ -78,16 +78,19 @@ fn result_json(e: &Exp, genid: &str, stage: &str) -> Value {
 }
 
 /// A select policy no shipped script has: every eligible generation, oldest first.
-const ALL_ELIGIBLE: &str = "// Every eligible generation, oldest first.\n\
+/// The oldest eligible generation: one id for the one child (the contract allows one id
+/// for all children or one per child, no more).
+const OLDEST_ELIGIBLE: &str = "// The oldest eligible generation.\n\
 fn select(ctx, archive) {\n\
-    archive.rows.filter(|r| r.eligible).map(|r| r.generation_id)\n\
+    let ids = archive.rows.filter(|r| r.eligible).map(|r| r.generation_id);\n\
+    [ids[0]]\n\
 }\n";
 
 #[test]
 fn a_mutated_select_script_steers_the_next_generation_and_is_archived() {
     let e = Exp::new(&Spec {
         generations: 2,
-        mutate: json!({"action": "operators", "path": "select/policy.rhai", "content": ALL_ELIGIBLE}),
+        mutate: json!({"action": "operators", "path": "select/policy.rhai", "content": OLDEST_ELIGIBLE}),
         surface: vec!["target/value.txt".into(), "operators/**".into()],
         ..Spec::default()
     });
@@ -119,12 +122,12 @@ fn a_mutated_select_script_steers_the_next_generation_and_is_archived() {
         sha256(builtin)
     );
     // Gen 1 beat gen 0, so generation 2 selected from the champion gen/1, whose select
-    // script is mutate's: every eligible generation, which score_child_prop never returns.
+    // script is mutate's: the oldest eligible generation.
     assert_eq!(selects[1]["body"]["operator_from"], "gen/1");
-    assert_eq!(selects[1]["body"]["parents"], json!(["0", "1"]));
+    assert_eq!(selects[1]["body"]["parents"], json!(["0"]));
     assert_eq!(
         selects[1]["body"]["operator"]["script_sha256"],
-        sha256(ALL_ELIGIBLE)
+        sha256(OLDEST_ELIGIBLE)
     );
     assert_eq!(
         selects[0]["body"]["operator"]["component_sha256"],
@@ -144,7 +147,7 @@ fn a_mutated_select_script_steers_the_next_generation_and_is_archived() {
     }
     assert_eq!(
         result_json(&e, "2", "select")["script_sha256"],
-        sha256(ALL_ELIGIBLE)
+        sha256(OLDEST_ELIGIBLE)
     );
     e.run_ok(&["verify", "ws"]);
 }
