@@ -474,3 +474,59 @@ fn without_a_sandbox_demo_and_init_stop_before_making_anything() {
     let keys = std::fs::read_dir(&e.keys).map(|d| d.count()).unwrap_or(0);
     assert_eq!(keys, 0, "a key was made for a workspace that cannot run");
 }
+
+/// Processes whose command line starts with `name` (argv[0] as `exec -a` set it).
+fn processes_named(name: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| c.split(|b| *b == 0).next() == Some(name.as_bytes()))
+        })
+        .count()
+}
+
+/// `kill -9` of evolve in the middle of a trial takes the trial's processes with it: the
+/// jail dies with its parent, so an agent with no time limit cannot keep running.
+#[test]
+fn a_trial_dies_with_a_killed_evolve() {
+    let e = scratch();
+    let root = e.root();
+    let task = root.join("tasks/t");
+    for (path, body) in [
+        ("environment/Dockerfile", "FROM scratch\n"),
+        ("task.toml", "[agent]\ntimeout_sec = 600\n"),
+        ("instruction.md", "Wait.\n"),
+        (
+            "tests/test.sh",
+            "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n",
+        ),
+    ] {
+        std::fs::create_dir_all(task.join(path).parent().unwrap()).unwrap();
+        std::fs::write(task.join(path), body).unwrap();
+    }
+    let name = format!("evolve-orphan-probe-{}", std::process::id());
+    let agent = root.join("agent");
+    std::fs::create_dir_all(&agent).unwrap();
+    std::fs::write(
+        agent.join("run.sh"),
+        format!("#!/bin/bash\nexec -a {name} sleep 600\n"),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(agent.join("run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(agent.join("agent.toml"), "command = [\"./run.sh\"]\n").unwrap();
+    let mut child = e
+        .evolve(&["tasks", "run", "tasks", "--agent", "agent", "--out", "out"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(60, "the agent to start", || processes_named(&name) == 1);
+    child.kill().unwrap(); // SIGKILL: evolve cleans up nothing itself
+    child.wait().unwrap();
+    wait_for(10, "the agent to die with evolve", || {
+        processes_named(&name) == 0
+    });
+}

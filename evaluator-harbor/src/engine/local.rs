@@ -580,7 +580,11 @@ impl LocalEngine {
         }
         let deny_net = self.always_deny_network || !task.config.network_allowed();
         let mode = self.mode()?;
-        let l = Layout::new(&req.trial_dir);
+        // Absolute: the jail's binds (and an unconfined trial's rewritten scripts) name
+        // these folders from another working directory (`tasks run --out out`).
+        let trial_dir = std::path::absolute(&req.trial_dir)
+            .map_err(|e| Error::io("cannot resolve the trial directory", &req.trial_dir, e))?;
+        let l = Layout::new(&trial_dir);
         l.create()
             .map_err(|e| Error::io("cannot create trial layout", &l.root, e))?;
         let (df_env, df_workdir) = dockerfile_env(task);
