@@ -29,12 +29,14 @@ use serde::Serialize;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Every Table 5 operation at least this many times below RSIHub's median.
-pub const GOAL_RATIO: f64 = 20.0;
+/// Every Table 5 operation at least this many times below RSIHub's median: a guard now,
+/// not a target to push past (docs/benchmarks.md, "Goals").
+pub const GOAL_RATIO: f64 = 10.0;
 /// A cached operator invocation costs at most this (median, ms).
 pub const GOAL_CACHED_MS: f64 = 0.5;
-/// The framework's own time per generation, excluding operators and evaluation (median, ms).
-pub const GOAL_FRAMEWORK_MS: f64 = 20.0;
+/// The framework's own time per generation, excluding operators and evaluation (median,
+/// ms): a guard, like [`GOAL_RATIO`].
+pub const GOAL_FRAMEWORK_MS: f64 = 50.0;
 
 #[derive(clap::Args, Debug, Clone)]
 #[command(
