@@ -257,7 +257,12 @@ pub fn write_etc(dir: &Path, uid: u32, gid: u32, network: bool) -> std::io::Resu
         };
         let mode = meta.permissions().mode();
         let to = dir.join(name);
-        if meta.file_type().is_symlink() {
+        if name == "resolv.conf" {
+            // Often a link into /run (systemd-resolved), which the jail does not show:
+            // copy what it names. The host's own /etc is trusted; the candidate's never is.
+            std::fs::copy(&host, &to)?;
+            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o644))?;
+        } else if meta.file_type().is_symlink() {
             std::os::unix::fs::symlink(std::fs::read_link(&host)?, &to)?;
         } else if meta.is_dir() && mode & 0o005 == 0o005 {
             std::fs::create_dir_all(&to)?;
