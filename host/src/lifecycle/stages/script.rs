@@ -115,19 +115,9 @@ fn read_plain_file(root: &Path, rel: &str) -> Result<Vec<u8>, String> {
 
 /// Hand the script to the call: every stage input's context carries it.
 pub fn attach(input: &mut StageInput, script: Option<ScriptSource>) {
-    let ctx = match input {
-        StageInput::Select { ctx, .. }
-        | StageInput::Rollout { ctx, .. }
-        | StageInput::Analyze { ctx, .. }
-        | StageInput::Mutate { ctx, .. }
-        | StageInput::Validate { ctx, .. }
-        | StageInput::Novelty { ctx, .. }
-        | StageInput::Gate { ctx, .. }
-        | StageInput::Record { ctx, .. }
-        | StageInput::Reflect { ctx, .. } => ctx,
-        _ => return,
-    };
-    ctx.script = script;
+    if let Some(ctx) = input.ctx_mut() {
+        ctx.script = script;
+    }
 }
 
 /// The identity fields a call's `result.json` carries besides the component digest.
