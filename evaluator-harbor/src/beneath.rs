@@ -1,5 +1,6 @@
 //! Reading files that evolved code wrote (the candidate's target directory, a trial's logs)
-//! without ever following a link.
+//! without ever following a link, and writing into such a directory without writing
+//! through one ([`write_new`]).
 //!
 //! Every component of a relative name is opened with `O_NOFOLLOW` from its parent's
 //! descriptor, so a planted link, at any depth, refuses the open instead of leading the host
@@ -96,6 +97,24 @@ impl Beneath {
 /// `cap` bytes; `None` when it is missing, a link, not regular or too large.
 pub fn read_regular(dir: &Path, name: &str, cap: u64) -> Option<Vec<u8>> {
     Beneath::open(dir).ok()?.read(name, cap).ok()
+}
+
+/// Write `name` in a directory evolved code could write to, never through a link it
+/// planted there: the old name is unlinked (which never follows a link) and the file is
+/// created anew with `O_EXCL` (which refuses one).
+pub fn write_new(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let p = dir.join(name);
+    match std::fs::remove_file(&p) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&p)?
+        .write_all(bytes)
 }
 
 #[cfg(test)]

@@ -131,14 +131,19 @@ pub struct Bubblewrap {
     setpriv: Option<PathBuf>,
 }
 
+/// The first executable regular file called `name` in `dirs`.
+pub fn find_executable(name: &str, dirs: &[&str]) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    dirs.iter().map(|d| Path::new(d).join(name)).find(|p| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
+}
+
 fn find_program(name: &str) -> Option<PathBuf> {
-    ["/usr/bin", "/bin", "/usr/local/bin", "/usr/sbin", "/sbin"]
-        .iter()
-        .map(|d| Path::new(d).join(name))
-        .find(|p| {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
+    find_executable(
+        name,
+        &["/usr/bin", "/bin", "/usr/local/bin", "/usr/sbin", "/sbin"],
+    )
 }
 
 /// Whether evolve runs as root (and so hands each trial a dedicated uid).

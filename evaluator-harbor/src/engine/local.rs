@@ -314,10 +314,20 @@ fn workdir_of(workdir: Option<&str>, task: &str) -> Result<String, Error> {
     }
 }
 
+/// Every phase's `PATH`: the host's system directories, which a jail shows read-only.
+const TRIAL_PATH: &[&str] = &[
+    "/usr/local/sbin",
+    "/usr/local/bin",
+    "/usr/sbin",
+    "/usr/bin",
+    "/sbin",
+    "/bin",
+];
+
 /// The environment every phase starts from.
 fn base_env(l: &Layout, contained: bool, workdir: &str) -> Vec<(String, String)> {
     let s = |p: &Path| p.to_string_lossy().into_owned();
-    let path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string();
+    let path = TRIAL_PATH.join(":");
     if contained {
         return vec![
             ("PATH".into(), path),
@@ -356,24 +366,6 @@ fn resolve_env(
         out.push((k.clone(), paths.map_value(&r)));
     }
     Ok(out)
-}
-
-/// Write `name` in a directory evolved code could write to, never through a link it
-/// planted there: the old name is unlinked (which never follows a link) and the file is
-/// created anew with `O_EXCL` (which refuses one).
-pub fn write_new(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let p = dir.join(name);
-    match std::fs::remove_file(&p) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&p)?
-        .write_all(bytes)
 }
 
 /// Remove everything under `dir` (never following a link), keeping `dir` itself.
@@ -451,6 +443,15 @@ impl Trial<'_> {
             .saturating_mul(1 << 20)
     }
 
+    /// The storage cap over the folders a phase may write.
+    fn quota(&self, dirs: Vec<PathBuf>) -> DiskQuota {
+        DiskQuota {
+            dirs,
+            bytes: self.storage_bytes(),
+            files: MAX_TRIAL_FILES,
+        }
+    }
+
     fn limits(&self, timeout: Option<std::time::Duration>, user: &SandboxUser) -> Limits {
         let env = &self.task.config.environment;
         let cpus = env.cpus.unwrap_or(1.0).max(1.0);
@@ -516,11 +517,7 @@ impl Trial<'_> {
             log: p.log,
             log_cap: self.output_cap,
             confinement,
-            quota: Some(DiskQuota {
-                dirs: p.writes,
-                bytes: self.storage_bytes(),
-                files: MAX_TRIAL_FILES,
-            }),
+            quota: Some(self.quota(p.writes)),
             marker: self.marker.clone(),
         };
         run_phase(&spec).await
@@ -790,19 +787,8 @@ impl LocalEngine {
                         self.output_cap,
                     )
                     .await?;
-                    let quota = DiskQuota {
-                        dirs: agent_writes,
-                        bytes: trial.storage_bytes(),
-                        files: MAX_TRIAL_FILES,
-                    };
-                    let over = super::process::disk_usage(&quota.dirs, quota.bytes, quota.files);
-                    let over = (over.0 > quota.bytes || over.1 > quota.files).then(|| {
-                        format!(
-                            "wrote more than its storage cap of {} MiB or {} files",
-                            quota.bytes >> 20,
-                            quota.files
-                        )
-                    });
+                    // A component writes only through its preopens: count them once it is done.
+                    let over = trial.quota(agent_writes).exceeded();
                     (o.exit_code, o.timed_out, over)
                 }
             },
@@ -812,7 +798,11 @@ impl LocalEngine {
         if let Some(c) = agent_out.0
             && c != 0
         {
-            let _ = write_new(&l.agent_logs, "exit-code.txt", format!("{c}\n").as_bytes());
+            let _ = crate::beneath::write_new(
+                &l.agent_logs,
+                "exit-code.txt",
+                format!("{c}\n").as_bytes(),
+            );
         }
         if let Some(why) = agent_out.2 {
             // Nothing over the quota is kept.
@@ -925,21 +915,7 @@ impl LocalEngine {
 /// A command agent's program named without a `/` must be an executable on the trial's
 /// `PATH` (the host's system directories, which a jail shows read-only).
 fn check_on_path(program: &str) -> Result<(), Error> {
-    use std::os::unix::fs::PermissionsExt;
-    let exec = |p: &Path| {
-        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
-    let found = [
-        "/usr/local/sbin",
-        "/usr/local/bin",
-        "/usr/sbin",
-        "/usr/bin",
-        "/sbin",
-        "/bin",
-    ]
-    .iter()
-    .any(|d| exec(&Path::new(d).join(program)));
-    if found {
+    if contain::find_executable(program, TRIAL_PATH).is_some() {
         Ok(())
     } else {
         Err(Error::new(ErrorKind::InvalidAgent, format!("agent command {program:?} is not an executable on PATH"))

@@ -101,17 +101,20 @@ pub fn disk_usage(dirs: &[PathBuf], stop_bytes: u64, stop_files: u64) -> (u64, u
     (bytes, files)
 }
 
-fn over(q: &DiskQuota) -> Option<String> {
-    let (bytes, files) = disk_usage(&q.dirs, q.bytes, q.files);
-    if bytes > q.bytes {
-        Some(format!(
-            "wrote more than its storage cap of {} MiB",
-            q.bytes >> 20
-        ))
-    } else if files > q.files {
-        Some(format!("created more than its cap of {} files", q.files))
-    } else {
-        None
+impl DiskQuota {
+    /// What the phase did past the quota, or `None` while it is within it.
+    pub fn exceeded(&self) -> Option<String> {
+        let (bytes, files) = disk_usage(&self.dirs, self.bytes, self.files);
+        if bytes > self.bytes {
+            Some(format!(
+                "wrote more than its storage cap of {} MiB",
+                self.bytes >> 20
+            ))
+        } else if files > self.files {
+            Some(format!("created more than its cap of {} files", self.files))
+        } else {
+            None
+        }
     }
 }
 
@@ -261,7 +264,7 @@ pub async fn run_phase(spec: &PhaseSpec) -> std::io::Result<PhaseOutcome> {
             _ = expired => break None,
             _ = tick, if spec.quota.is_some() => {
                 let q = spec.quota.clone().expect("guarded by the select arm");
-                if let Ok(Some(why)) = tokio::task::spawn_blocking(move || over(&q)).await {
+                if let Ok(Some(why)) = tokio::task::spawn_blocking(move || q.exceeded()).await {
                     over_quota = Some(why);
                     break None;
                 }

@@ -198,7 +198,7 @@ pub async fn run_component(
     };
     let wall = started.elapsed();
     // The guest could have planted links in /logs/agent: write through none of them.
-    let _ = super::local::write_new(agent_logs, "agent.txt", &out.contents());
+    let _ = crate::beneath::write_new(agent_logs, "agent.txt", &out.contents());
     let (exit_code, timed_out) = match outcome {
         None => (None, true),
         Some(Err(e)) => return Err(e),
@@ -214,8 +214,11 @@ pub async fn run_component(
                 (None, true)
             } else {
                 // A trap is the candidate's failure, like a crashing process: exit code 128.
-                let _ =
-                    super::local::write_new(agent_logs, "trap.txt", format!("{e:#}\n").as_bytes());
+                let _ = crate::beneath::write_new(
+                    agent_logs,
+                    "trap.txt",
+                    format!("{e:#}\n").as_bytes(),
+                );
                 (Some(128), false)
             }
         }
