@@ -58,7 +58,8 @@ pub struct Initialized {
 
 /// Create the workspace described by `req`.
 /// A local engine that cannot contain its trials could never run this experiment: say so
-/// before a workspace and a key are made for it (probed once per process).
+/// before a workspace and a key are made for it (probed once per process, started early in
+/// [`init`]; a probe still running is waited for).
 fn refuse_uncontainable(engine: &EngineConfig) -> Result<()> {
     use evaluator_harbor::engine::contain;
     if engine.engine != "local" || engine.unconfined_trials {
@@ -78,6 +79,17 @@ pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
     let mut shape = recipe::check_shape(&req.recipe_text);
     if let (Some(recipe), Some(normalized)) = (shape.recipe.as_mut(), shape.normalized.as_mut()) {
         apply_overrides(req, recipe, normalized);
+    }
+    // The sandbox probe starts a real jail (milliseconds): let it run while the operators
+    // check their configs. `refuse_uncontainable` then waits for its answer.
+    if shape
+        .recipe
+        .as_ref()
+        .is_some_and(|r| r.evaluator.engine == "local" && !r.evaluator.unconfined_trials)
+    {
+        std::thread::spawn(|| {
+            let _ = evaluator_harbor::engine::contain::bubblewrap();
+        });
     }
     // The target and the task set are read while the operators check their configs:
     // neither depends on the other, and both take milliseconds.
