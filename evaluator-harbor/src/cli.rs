@@ -58,10 +58,14 @@ pub enum TasksCommand {
     },
     /// Validate a task set and report every problem at once.
     #[command(
-        after_help = "Examples:\n  evolve tasks check ./tasks\n  evolve tasks check ./tasks --json"
+        after_help = "Examples:\n  evolve tasks check ./tasks\n  evolve tasks check ./tasks --engine docker --json"
     )]
     Check {
         dir: PathBuf,
+        /// The engine the tasks are for: docker and harbor need each task's
+        /// environment/Dockerfile (or [environment].docker_image); local needs neither.
+        #[arg(long, value_enum, default_value = "local")]
+        engine: EngineKind,
         #[arg(long)]
         json: bool,
     },
@@ -78,8 +82,8 @@ pub fn report(e: &Error) {
 impl TasksCommand {
     pub fn execute(self) -> i32 {
         match self {
-            TasksCommand::Check { dir, json } => {
-                let problems = crate::task::check_task_set(&dir);
+            TasksCommand::Check { dir, engine, json } => {
+                let problems = crate::task::check_task_set(&dir, engine);
                 if json {
                     let v: Vec<_> = problems
                         .iter()

@@ -63,18 +63,93 @@ impl Error {
     }
     /// An I/O error while doing `what` on `path`.
     pub fn io(what: &str, path: &Path, err: std::io::Error) -> Self {
-        Self::infra(format!("{what}: {err}")).at_path(path)
+        let e = Self::infra(format!("{what}: {err}")).at_path(path);
+        match disk_full(&err) {
+            true => e.hint(DISK_FULL_HINT),
+            false => e,
+        }
     }
 }
 
+/// Whether an I/O error says the file system is full (ENOSPC) or a disk quota is spent
+/// (EDQUOT): the user must free space, and no retry or repair helps before they do.
+pub fn disk_full(err: &std::io::Error) -> bool {
+    matches!(
+        err.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    )
+}
+
+/// The hint for [`disk_full`] errors, wherever they happen.
+pub const DISK_FULL_HINT: &str = "the disk is full (ENOSPC, no space left on device): free space on the file system that holds this path, then run the command again; `evolve gc` removes a workspace's reproducible run data";
+
 impl fmt::Display for Error {
+    /// `message (location)`; a message of several lines (an [`excerpt`] under its first)
+    /// has the location at the end of its first line, where the reader looks for it.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)?;
+        let (first, rest) = match self.message.split_once('\n') {
+            Some((first, rest)) => (first, Some(rest)),
+            None => (self.message.as_str(), None),
+        };
+        f.write_str(first)?;
         if let Some(loc) = &self.location {
             write!(f, " ({loc})")?;
         }
+        if let Some(rest) = rest {
+            write!(f, "\n{rest}")?;
+        }
         Ok(())
     }
+}
+
+/// The longest line an [`excerpt`] shows; a longer one is cut around the column.
+const EXCERPT_WIDTH: usize = 100;
+
+/// Line `line` of `text` (1-based) with carets under `width` characters from `column`
+/// (1-based), for an error that points into a file the user wrote:
+///
+/// ```text
+///     2 | timeout_sec = "soon"
+///       |               ^^^^^^
+/// ```
+///
+/// Tabs before the column are kept in the caret line, so the carets line up however
+/// the terminal sets its tab stops. Empty when `text` has no such line.
+pub fn excerpt(text: &str, line: usize, column: usize, width: usize) -> String {
+    let Some(source) = text.split('\n').nth(line.saturating_sub(1)) else {
+        return String::new();
+    };
+    let chars: Vec<char> = source.trim_end_matches('\r').chars().collect();
+    let column = column.max(1).min(chars.len() + 1);
+    // A long line (minified YAML, one-line TOML) is shown from a little before the column.
+    let start = column.saturating_sub(EXCERPT_WIDTH / 2).min(chars.len());
+    let end = (start + EXCERPT_WIDTH).min(chars.len());
+    let shown: String = chars[start..end]
+        .iter()
+        .map(|&c| if c.is_control() && c != '\t' { ' ' } else { c })
+        .collect();
+    let pad: String = chars[start..column - 1]
+        .iter()
+        .map(|&c| if c == '\t' { '\t' } else { ' ' })
+        .collect();
+    let carets = "^".repeat(width.clamp(1, EXCERPT_WIDTH));
+    let number = line.to_string();
+    let gutter = " ".repeat(number.len());
+    format!("  {number} | {shown}\n  {gutter} | {pad}{carets}")
+}
+
+/// The 1-based line and column (in characters) of byte offset `at` of `text`.
+pub fn line_column(text: &str, at: usize) -> (usize, usize) {
+    let mut at = at.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    let before = &text[..at];
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (
+        before.matches('\n').count() + 1,
+        before[line_start..].chars().count() + 1,
+    )
 }
 
 impl std::error::Error for Error {}

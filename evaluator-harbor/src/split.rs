@@ -206,6 +206,28 @@ pub struct TaskFiles<'a> {
 }
 
 impl<'a> TaskFiles<'a> {
+    /// Every problem of every task in the set, as `tasks check --engine ENGINE` finds
+    /// them in the directory, so that `recipe check` and `init` report them all at once
+    /// (directories without `task.toml` are no tasks and are left out, as freezing does).
+    pub fn check(&self, engine: crate::cli::EngineKind) -> Vec<Error> {
+        let tasks = self.tasks();
+        if tasks.is_empty() {
+            return vec![
+                Error::invalid_task(
+                    "no tasks found (expected task.toml here or in immediate subdirectories)",
+                )
+                .at_path(&self.dir),
+            ];
+        }
+        tasks
+            .into_iter()
+            .flat_map(|(name, dir, files)| {
+                let task = crate::task::InMemory { dir, files };
+                crate::task::Task::check_in_memory(name, &task, engine)
+            })
+            .collect()
+    }
+
     /// The tasks as [`crate::task::discover`] finds them in the directory: the root if
     /// it holds `task.toml`, else each non-hidden top-level directory holding one.
     /// Each with its directory and its files, by task-relative path.

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::cli::EngineKind;
 use crate::error::{Error, ErrorKind, Result};
 
 /// `[task]` package metadata (optional).
@@ -168,18 +169,29 @@ fn parse_size_mb(s: &str) -> Option<u64> {
 /// `task_toml` fuzz target); no real task needs more.
 pub const MAX_TIMEOUT_SEC: f64 = 365.0 * 24.0 * 3600.0;
 
+/// A TOML parse error of the file `name` (at `origin`): the parser's message, then the
+/// offending line with carets under the span it names; located `origin:line:column`.
+pub fn toml_error(name: &str, text: &str, origin: &Path, e: &toml::de::Error) -> Error {
+    let message = format!("malformed {name}: {}", e.message().trim_end());
+    match e.span() {
+        Some(span) => {
+            let (line, column) = crate::error::line_column(text, span.start);
+            let width = text
+                .get(span.start..span.end.min(text.len()))
+                .map_or(1, |s| s.split('\n').next().unwrap_or("").chars().count());
+            let shown = crate::error::excerpt(text, line, column, width);
+            Error::invalid_task(format!("{message}\n{shown}"))
+                .at(format!("{}:{line}:{column}", origin.display()))
+        }
+        None => Error::invalid_task(message).at_path(origin),
+    }
+}
+
 impl TaskConfig {
     /// Parse and validate `task.toml` text. `origin` names the file in errors.
     pub fn parse(text: &str, origin: &Path) -> Result<TaskConfig> {
         let mut cfg: TaskConfig = toml::from_str(text).map_err(|e| {
-            Error::invalid_task(format!("malformed task.toml: {}", e.message().trim_end()))
-                .at(match e.span() {
-                    Some(span) => {
-                        let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
-                        format!("{}:{line}", origin.display())
-                    }
-                    None => origin.display().to_string(),
-                })
+            toml_error("task.toml", text, origin, &e)
                 .hint("see Harbor's task.toml schema in docs/evaluation.md")
         })?;
         let problems = cfg.normalize();
@@ -427,11 +439,17 @@ impl Task {
         }
     }
 
-    /// Load a task and collect *every* problem (for `tasks check`).
+    /// Load a task and collect *every* problem.
     pub fn load_all(dir: &Path) -> (Option<Task>, Vec<Error>) {
+        Self::check_dir(dir, None)
+    }
+
+    /// [`Task::load_all`], also checking what `engine` needs of the task's environment
+    /// (for `tasks check`).
+    fn check_dir(dir: &Path, engine: Option<EngineKind>) -> (Option<Task>, Vec<Error>) {
         let name = dir.file_name().and_then(|n| n.to_str());
         let unusable = match std::fs::symlink_metadata(dir) {
-            Ok(m) if m.is_dir() => return Self::check(name, dir, &OnDisk(dir)),
+            Ok(m) if m.is_dir() => return Self::check(name, dir, &OnDisk(dir), engine),
             Ok(_) => {
                 Error::invalid_task("task path is not a directory (symlinks are not followed)")
             }
@@ -444,11 +462,21 @@ impl Task {
 
     /// Load a task whose files are held in memory (see [`InMemory`]).
     pub(crate) fn load_in_memory(name: &str, files: &InMemory<'_>) -> Result<Task> {
-        let (task, mut problems) = Self::check(Some(name), &files.dir, files);
+        let (task, mut problems) = Self::check(Some(name), &files.dir, files, None);
         match task {
             Some(t) if problems.is_empty() => Ok(t),
             _ => Err(problems.remove(0)),
         }
+    }
+
+    /// Every problem of a task held in memory, including what `engine` needs of its
+    /// environment (for `recipe check` and `init`, which hold the task set in memory).
+    pub(crate) fn check_in_memory(
+        name: &str,
+        files: &InMemory<'_>,
+        engine: EngineKind,
+    ) -> Vec<Error> {
+        Self::check(Some(name), &files.dir, files, Some(engine)).1
     }
 
     fn name_problems(name: Option<&str>, dir: &Path) -> Vec<Error> {
@@ -464,7 +492,14 @@ impl Task {
     }
 
     /// Check the task `name` at `dir` whose files `src` holds; every problem is collected.
-    fn check(name: Option<&str>, dir: &Path, src: &dyn TaskSource) -> (Option<Task>, Vec<Error>) {
+    /// With an `engine`, also whether that engine can provide the task's environment
+    /// ([`environment_problem`]); without one, that is left to the engine's trial.
+    fn check(
+        name: Option<&str>,
+        dir: &Path,
+        src: &dyn TaskSource,
+        engine: Option<EngineKind>,
+    ) -> (Option<Task>, Vec<Error>) {
         let mut problems = Self::name_problems(name, dir);
         let name = name.unwrap_or_default().to_string();
         let config = match read_text(src, "task.toml") {
@@ -505,16 +540,8 @@ impl Task {
                 .hint("tests/test.sh must write /logs/verifier/reward.txt or reward.json"),
             );
         }
-        if let Some(cfg) = &config
-            && !src.is_dir("environment")
-            && cfg.environment.docker_image.is_none()
-        {
-            problems.push(
-                Error::invalid_task(
-                    "missing environment/ directory and no [environment].docker_image",
-                )
-                .at_path(&src.at("environment")),
-            );
+        if let (Some(cfg), Some(engine)) = (&config, engine) {
+            problems.extend(environment_problem(&name, src, cfg, engine));
         }
         if src.exists("solution") && !src.is_file("solution/solve.sh") {
             problems.push(
@@ -581,8 +608,37 @@ pub fn discover(dir: &Path) -> Result<(Vec<PathBuf>, Vec<PathBuf>)> {
     Ok((tasks, others))
 }
 
-/// Validate a task set and return every problem found (empty = valid).
-pub fn check_task_set(dir: &Path) -> Vec<Error> {
+/// What `engine` needs of a task's environment, or `None` when it has it. The local
+/// engine needs nothing: its trials run in the framework's own jail on the host, which
+/// never reads `environment/` (a Dockerfile that needs an image build is refused when a
+/// trial starts, `engine::local`). The docker and harbor engines start the task in a
+/// container: they build `environment/Dockerfile`, or run `[environment].docker_image`.
+/// `tasks check`, `recipe check` and `init` all ask this, so they agree.
+fn environment_problem(
+    name: &str,
+    src: &dyn TaskSource,
+    cfg: &TaskConfig,
+    engine: EngineKind,
+) -> Option<Error> {
+    let engine = match engine {
+        EngineKind::Local => return None,
+        EngineKind::Docker => "docker",
+        EngineKind::Harbor => "harbor",
+    };
+    if src.is_file("environment/Dockerfile") || cfg.environment.docker_image.is_some() {
+        return None;
+    }
+    Some(
+        Error::invalid_task(format!(
+            "task {name}: the {engine} engine needs environment/Dockerfile or [environment].docker_image"
+        ))
+        .at_path(&src.at("environment/Dockerfile"))
+        .hint("add environment/Dockerfile (e.g. `FROM ubuntu:24.04`), set [environment].docker_image in task.toml, or use the local engine, which needs neither"),
+    )
+}
+
+/// Validate a task set for `engine` and return every problem found (empty = valid).
+pub fn check_task_set(dir: &Path, engine: EngineKind) -> Vec<Error> {
     let (tasks, others) = match discover(dir) {
         Ok(x) => x,
         Err(e) => return vec![e],
@@ -601,7 +657,7 @@ pub fn check_task_set(dir: &Path) -> Vec<Error> {
             .push(Error::invalid_task("subdirectory is not a task: missing task.toml").at_path(&o));
     }
     for t in tasks {
-        let (_, p) = Task::load_all(&t);
+        let (_, p) = Task::check_dir(&t, Some(engine));
         problems.extend(p);
         if let Err(e) = crate::digest::task_digest(&t) {
             problems.push(e);
@@ -658,7 +714,14 @@ allow_internet = false
         .unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidTask);
         assert!(e.message.contains("malformed task.toml"), "{e}");
-        assert_eq!(e.location.as_deref(), Some("t/task.toml:2"));
+        assert_eq!(e.location.as_deref(), Some("t/task.toml:2:15"));
+        // The offending line, with carets under the value.
+        assert!(
+            e.to_string().ends_with(
+                "(t/task.toml:2:15)\n  2 | timeout_sec = \"soon\"\n    |               ^^^^^^"
+            ),
+            "{e}"
+        );
         let e = TaskConfig::parse("[verifier]\ntimeout_sec = -1\n", Path::new("t")).unwrap_err();
         assert!(e.message.contains("positive number of seconds"), "{e}");
     }

@@ -4,6 +4,7 @@ mod common;
 
 use std::os::unix::fs::PermissionsExt;
 
+use evaluator_harbor::cli::EngineKind;
 use evaluator_harbor::digest::task_digest;
 use evaluator_harbor::split::{FrozenTaskSet, SplitName, SplitRatios, assign};
 
@@ -123,7 +124,7 @@ fn check_reports_every_problem_at_once() {
     );
     std::fs::remove_file(t.join("instruction.md")).unwrap();
     std::fs::create_dir_all(root.join("not-a-task")).unwrap();
-    let problems = evaluator_harbor::task::check_task_set(root);
+    let problems = evaluator_harbor::task::check_task_set(root, EngineKind::Local);
     let text: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
     let has = |s: &str| text.iter().any(|t| t.contains(s));
     assert!(has("malformed task.toml"), "{text:#?}");
@@ -132,7 +133,13 @@ fn check_reports_every_problem_at_once() {
     assert!(has("missing instruction.md"), "{text:#?}");
     assert!(has("not a task"), "{text:#?}");
     assert_eq!(problems.len(), 5, "{text:#?}");
-    assert!(evaluator_harbor::task::check_task_set(&common::testdata().join("tasks")).is_empty());
+    assert!(
+        evaluator_harbor::task::check_task_set(
+            &common::testdata().join("tasks"),
+            EngineKind::Docker
+        )
+        .is_empty()
+    );
 }
 
 /// Every regular file under `dir`: (relative path, executable, bytes), as `evolve init`
@@ -225,4 +232,69 @@ fn freezing_files_in_memory_gives_what_freezing_their_directory_gives() {
         in_memory.to_string().contains("tests/test.sh"),
         "{in_memory}"
     );
+}
+
+/// Harbor tasks without a Dockerfile are common. The local engine needs none (its trials
+/// run in the framework's jail, which never reads environment/); docker and harbor need
+/// environment/Dockerfile or [environment].docker_image. The check on disk (`tasks
+/// check`) and the one in memory (`recipe check`, `init`: git keeps no empty directory)
+/// give the same answer, an empty environment/ counting as none.
+#[test]
+fn what_each_engine_needs_of_environment_is_checked_alike_on_disk_and_in_memory() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("tasks");
+    let test = Some("#!/bin/bash\n");
+    common::write_task(&root, "dockerfile", "", None, test);
+    let bare = common::write_task(&root, "bare", "", None, test);
+    std::fs::remove_dir_all(bare.join("environment")).unwrap();
+    let empty = common::write_task(&root, "empty-env", "", None, test);
+    std::fs::remove_file(empty.join("environment/Dockerfile")).unwrap();
+    let image = common::write_task(
+        &root,
+        "image",
+        "[environment]\ndocker_image = \"x/y:1\"\n",
+        None,
+        test,
+    );
+    std::fs::remove_dir_all(image.join("environment")).unwrap();
+    let files = files_of(&root);
+    let set = evaluator_harbor::split::TaskFiles {
+        dir: root.clone(),
+        name: "tasks",
+        files: files
+            .iter()
+            .map(|(p, x, b)| (p.as_str(), *x, b.as_slice()))
+            .collect(),
+    };
+    let render = |v: Vec<evaluator_harbor::Error>| -> Vec<String> {
+        v.iter().map(ToString::to_string).collect()
+    };
+    assert_eq!(
+        render(evaluator_harbor::task::check_task_set(
+            &root,
+            EngineKind::Local
+        )),
+        Vec::<String>::new()
+    );
+    assert_eq!(render(set.check(EngineKind::Local)), Vec::<String>::new());
+    for (engine, name) in [
+        (EngineKind::Docker, "docker"),
+        (EngineKind::Harbor, "harbor"),
+    ] {
+        let on_disk = render(evaluator_harbor::task::check_task_set(&root, engine));
+        let expected: Vec<String> = ["bare", "empty-env"]
+            .iter()
+            .map(|task| {
+                format!(
+                    "task {task}: the {name} engine needs environment/Dockerfile or [environment].docker_image ({})",
+                    root.join(task).join("environment/Dockerfile").display()
+                )
+            })
+            .collect();
+        assert_eq!(on_disk, expected);
+        assert_eq!(render(set.check(engine)), expected);
+    }
+    // Freezing (the engine is not known there) takes them all.
+    let frozen = FrozenTaskSet::freeze_files(&set, RATIOS, 5, 1).unwrap();
+    assert_eq!(frozen.task_digests.len(), 4);
 }
