@@ -13,6 +13,7 @@ use crate::agent::AgentSpec;
 use crate::engine::{ConsoleProgress, Engine, EvaluationPlan, run_evaluation};
 use crate::error::Error;
 use crate::result::{EvaluationResult, TrialStatus};
+use crate::signals::StopSignals;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum EngineKind {
@@ -172,6 +173,10 @@ impl TasksCommand {
                     }
                 };
                 let result = rt.block_on(async move {
+                    // Before any trial starts: SIGTERM or SIGHUP must not end the process
+                    // with its trials (or their containers) left running.
+                    let mut stop = StopSignals::install()
+                        .map_err(|e| Error::infra(format!("cannot handle signals: {e}")))?;
                     let engine: Arc<dyn Engine> = match engine {
                         EngineKind::Local => Arc::new(crate::engine::local::LocalEngine {
                             unconfined,
@@ -192,17 +197,18 @@ impl TasksCommand {
                     };
                     let progress = ConsoleProgress::default();
                     tokio::select! {
-                        r = run_evaluation(engine, &plan, &progress) => Ok(Some(r)),
-                        _ = tokio::signal::ctrl_c() => Ok(None),
+                        r = run_evaluation(engine, &plan, &progress) => Ok(Ok(r)),
+                        s = stop.next() => Ok(Err(s)),
                     }
                 });
                 let r = match result {
-                    Ok(Some(r)) => r,
-                    Ok(None) => {
+                    Ok(Ok(r)) => r,
+                    Ok(Err(stop)) => {
                         eprintln!(
-                            "evolve: interrupted; running trials were stopped and their containers removed"
+                            "evolve: stopped by {}; running trials were stopped and their containers removed",
+                            stop.name()
                         );
-                        return 130;
+                        return i32::from(stop.exit_code());
                     }
                     Err(e) => {
                         report(&e);

@@ -12,6 +12,7 @@ pub mod digest;
 pub mod engine;
 pub mod error;
 pub mod result;
+pub mod signals;
 pub mod split;
 pub mod task;
 

@@ -22,7 +22,7 @@ use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{
     BuildImageOptionsBuilder, CreateContainerOptionsBuilder, DownloadFromContainerOptionsBuilder,
-    RemoveContainerOptionsBuilder, UploadToContainerOptionsBuilder,
+    ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, UploadToContainerOptionsBuilder,
 };
 use futures_util::StreamExt;
 
@@ -34,6 +34,8 @@ use crate::result::{Isolation, TimeoutOwner, TrialError, TrialLogs, TrialResult,
 
 /// Label put on every container this engine creates (value: the trial name).
 pub const TRIAL_LABEL: &str = "dev.evolve.trial";
+/// Label naming the process that created the container (see [`Owner`]).
+pub const OWNER_LABEL: &str = "dev.evolve.owner";
 /// Cap on what one copy-out may extract.
 const COPY_OUT_CAP: u64 = 256 << 20;
 
@@ -69,6 +71,7 @@ impl DockerEngine {
             }
             Err(_) => return Err(docker_err("daemon does not answer", "timed out after 10 s")),
         }
+        reap_orphans(&docker).await;
         Ok(DockerEngine {
             docker,
             build_locks: Default::default(),
@@ -346,10 +349,13 @@ impl DockerEngine {
             cmd: Some(vec!["sh".into(), "-c".into(), "sleep infinity".into()]),
             env: Some(env),
             working_dir: env_cfg.workdir.clone(),
-            labels: Some(HashMap::from([(
-                TRIAL_LABEL.to_string(),
-                crate::result::trial_name(&task.name, req.repetition),
-            )])),
+            labels: Some(HashMap::from([
+                (
+                    TRIAL_LABEL.to_string(),
+                    crate::result::trial_name(&task.name, req.repetition),
+                ),
+                (OWNER_LABEL.to_string(), Owner::current().label()),
+            ])),
             host_config: Some(host_config),
             ..Default::default()
         };
@@ -688,6 +694,95 @@ pub fn extract_safely(tar_bytes: &[u8], dest: &Path) -> Result<Vec<String>> {
     Ok(warnings)
 }
 
+/// The process that created a container: its machine's boot id, its pid and its start
+/// time (which tells the process from a later one that reuses the pid).
+///
+/// A handled signal removes the trial's containers on the way out, but SIGKILL cannot be
+/// handled: its containers would keep running (and spending) for ever. So every engine
+/// removes, when it connects, the containers whose owner on this machine is gone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Owner {
+    boot_id: String,
+    pid: u32,
+    start_time: String,
+}
+
+impl Owner {
+    fn current() -> Owner {
+        let pid = std::process::id();
+        Owner {
+            boot_id: boot_id(),
+            pid,
+            start_time: start_time(pid).unwrap_or_default(),
+        }
+    }
+
+    fn label(&self) -> String {
+        format!("{}:{}:{}", self.boot_id, self.pid, self.start_time)
+    }
+
+    fn parse(label: &str) -> Option<Owner> {
+        let mut parts = label.splitn(3, ':');
+        Some(Owner {
+            boot_id: parts.next()?.to_string(),
+            pid: parts.next()?.parse().ok()?,
+            start_time: parts.next()?.to_string(),
+        })
+    }
+
+    /// Whether this owner ran on this machine (since its last boot) and has exited. An
+    /// owner on another machine sharing the daemon is never judged gone.
+    fn is_gone(&self) -> bool {
+        !self.boot_id.is_empty()
+            && self.boot_id == boot_id()
+            && start_time(self.pid).as_deref() != Some(self.start_time.as_str())
+    }
+}
+
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Field 22 of `/proc/<pid>/stat`: the process's start time, in clock ticks since boot.
+fn start_time(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: count from its end.
+    let rest = stat.rsplit_once(')')?.1;
+    rest.split_whitespace().nth(19).map(str::to_string)
+}
+
+/// Remove every trial container whose owning `evolve` is gone (see [`Owner`]).
+/// Best effort: a daemon that cannot list or remove is reported by the trial itself.
+async fn reap_orphans(docker: &Docker) {
+    let filters = HashMap::from([("label", vec![OWNER_LABEL])]);
+    let opts = ListContainersOptionsBuilder::new()
+        .all(true)
+        .filters(&filters)
+        .build();
+    let Ok(Ok(containers)) =
+        tokio::time::timeout(Duration::from_secs(10), docker.list_containers(Some(opts))).await
+    else {
+        return;
+    };
+    for c in containers {
+        let gone = c
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(OWNER_LABEL))
+            .and_then(|v| Owner::parse(v))
+            .is_some_and(|o| o.is_gone());
+        if let (true, Some(id)) = (gone, c.id) {
+            let opts = RemoveContainerOptionsBuilder::new()
+                .force(true)
+                .v(true)
+                .build();
+            let _ = docker.remove_container(&id, Some(opts)).await;
+        }
+    }
+}
+
 /// Removes its container when dropped while armed (errors, panics, cancelled futures).
 pub struct ContainerGuard {
     docker: Docker,
@@ -767,5 +862,29 @@ impl Engine for DockerEngine {
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_owner_is_gone_only_when_it_ran_here_and_exited() {
+        let me = Owner::current();
+        assert_eq!(Owner::parse(&me.label()), Some(me.clone()));
+        assert!(!me.is_gone(), "this process is alive");
+        let reused_pid = Owner {
+            start_time: "1".into(),
+            ..me.clone()
+        };
+        assert!(reused_pid.is_gone(), "same pid, another process");
+        let elsewhere = Owner {
+            boot_id: "another-machine".into(),
+            start_time: "1".into(),
+            ..me
+        };
+        assert!(!elsewhere.is_gone(), "never judged from another machine");
+        assert_eq!(Owner::parse("no-colons"), None);
     }
 }
