@@ -242,7 +242,11 @@ pub fn copy_task(src: &Path, dst: &Path) -> Result<()> {
                     .map_err(|er| Error::io("cannot create symlink", &to, er))?;
             }
             _ => {
-                std::fs::copy(&from, &to).map_err(|er| Error::io("cannot copy", &from, er))?;
+                // Named by the copy's destination: that is where a full disk or a
+                // read-only directory is; a missing source names itself in the message.
+                std::fs::copy(&from, &to).map_err(|er| {
+                    Error::io(&format!("cannot copy {}", from.display()), &to, er)
+                })?;
             }
         }
     }

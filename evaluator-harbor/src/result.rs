@@ -366,6 +366,30 @@ pub fn task_vector(trials: &[TrialResult]) -> TaskVector {
     }
 }
 
+/// What the failed trials said, for an evaluation that has too few scoreable ones: the
+/// most common class of error (a full disk, a dead daemon) is the likeliest reason, so it
+/// is named with how many trials reported it and the first such trial's message.
+fn failure_cause(trials: &[TrialResult]) -> String {
+    let errors: Vec<&TrialError> = trials.iter().filter_map(|t| t.error.as_ref()).collect();
+    let count = |kind: &str| errors.iter().filter(|e| e.kind == kind).count();
+    // The most common class; among equals, the first seen.
+    let Some(first) = errors
+        .iter()
+        .rev()
+        .max_by_key(|e| count(&e.kind))
+        .and_then(|top| errors.iter().find(|e| e.kind == top.kind))
+    else {
+        return String::new();
+    };
+    format!(
+        "; {} of {} trial(s) failed with {}, the first: {}",
+        count(&first.kind),
+        trials.len(),
+        first.kind,
+        first.message
+    )
+}
+
 /// Classify an evaluation (RSIHub's rule): candidate_invalid if any trial is; else
 /// benchmark_complete if at least one trial is scoreable and coverage ≥ floor; else
 /// infrastructure_failed if any trial is, or trials are missing; else timeout.
@@ -424,8 +448,9 @@ pub fn summarize(
         (
             TrialStatus::InfrastructureFailed,
             format!(
-                "insufficient scoreable trials: {n}/{expected} (floor {})",
-                policy.coverage_floor
+                "insufficient scoreable trials: {n}/{expected} (floor {}){}",
+                policy.coverage_floor,
+                failure_cause(&trials)
             ),
         )
     } else {
