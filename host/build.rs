@@ -33,9 +33,10 @@ fn main() {
         println!("cargo::rerun-if-changed={}", root.join(dir).display());
     }
     println!("cargo::rerun-if-env-changed=EVOLVE_SKIP_COMPONENT_BUILD");
-    if std::env::var_os("EVOLVE_SKIP_COMPONENT_BUILD").is_none() {
-        ensure_wasm_target();
+    if std::env::var_os("EVOLVE_SKIP_COMPONENT_BUILD").is_none() && !ensure_wasm_target() {
+        return; // cargo::error was printed: cargo fails the build with that one line
     }
+    warn_without_bubblewrap();
 
     let mut crates = library_crates(&root);
     let library_count = crates.len();
@@ -298,8 +299,8 @@ fn test_crates(root: &Path) -> Vec<Crate> {
 /// built for it. rustup installs the `targets` of `rust-toolchain.toml` only when it
 /// installs the toolchain itself; a toolchain that was already there is used as it is. So
 /// check the sysroot first, add the target with rustup if it is missing, and stop with one
-/// line naming the command to run only if that fails too.
-fn ensure_wasm_target() {
+/// line naming the command to run only if that fails too. Returns whether it is there.
+fn ensure_wasm_target() -> bool {
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let sysroot = Command::new(&rustc)
         .args(["--print", "sysroot"])
@@ -312,7 +313,7 @@ fn ensure_wasm_target() {
             .is_some_and(|r| r.join("lib/rustlib/wasm32-wasip2/lib").is_dir())
     };
     if installed(&sysroot) {
-        return;
+        return true;
     }
     // The toolchain cargo runs under (rustup's proxy names it), else the pinned one.
     let toolchain = std::env::var("RUSTUP_TOOLCHAIN").unwrap_or_else(|_| "1.95.0".into());
@@ -323,8 +324,22 @@ fn ensure_wasm_target() {
         .status()
         .is_ok_and(|s| s.success());
     if !(added && installed(&sysroot)) {
-        panic!(
-            "evolve build: the operator components need the wasm32-wasip2 target, which is not installed for this toolchain and could not be added; run `{add}`, then build again"
+        println!(
+            "cargo::error=the operator components need the wasm32-wasip2 target, which is not installed for this toolchain and could not be added; run `{add}`, then build again"
+        );
+        return false;
+    }
+    true
+}
+
+/// The local engine runs every trial phase in a bubblewrap sandbox and refuses to start a
+/// run without it. Say so in the build's output too, not only when the first run starts.
+fn warn_without_bubblewrap() {
+    let on_path = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("bwrap").is_file()));
+    if !on_path {
+        println!(
+            "cargo::warning=bubblewrap (bwrap) is not installed: `evolve demo` and local-engine runs will refuse to start until it is (Debian/Ubuntu: apt-get install bubblewrap)"
         );
     }
 }

@@ -1,7 +1,7 @@
 //! The `evolve` command line.
 //!
 //! Exit codes: 0 success, 1 findings (a check that found problems), 2 usage or input
-//! errors, 130 a run stopped by Ctrl-C. Errors print as `evolve: <what> (<where>)`, with
+//! errors, 130 / 143 / 129 a run stopped by SIGINT (Ctrl-C) / SIGTERM / SIGHUP. Errors print as `evolve: <what> (<where>)`, with
 //! a hint where there is one; with `--json` they are also printed on stdout as
 //! `{"ok": false, "error": {...}}`. The command reference is docs/cli.md.
 
@@ -226,6 +226,8 @@ pub fn main() -> ExitCode {
 /// Print `e` (`evolve: <what> (<where>)` and its hint on stderr; with `--json`, also as
 /// JSON on stdout) and return its exit code.
 fn report(e: &CliError, json: bool) -> ExitCode {
+    let named = name_a_full_disk(e);
+    let e = named.as_ref().unwrap_or(e);
     eprintln!("{e}");
     if json {
         print_json(&serde_json::json!({"ok": false, "error": {
@@ -233,6 +235,25 @@ fn report(e: &CliError, json: bool) -> ExitCode {
         }}));
     }
     ExitCode::from(e.code)
+}
+
+/// An error that quotes ENOSPC or EDQUOT anywhere (they surface from the archive, git, the
+/// engine and the file system, often inside another message) gets the disk-full hint
+/// instead of whatever its site guessed: no retry, repair or second run helps until the
+/// user frees space.
+fn name_a_full_disk(e: &CliError) -> Option<CliError> {
+    const CODES: [&str; 2] = ["(os error 28)", "(os error 122)"];
+    let quoted = |s: &str| CODES.iter().any(|c| s.contains(c));
+    let hint = evaluator_harbor::error::DISK_FULL_HINT;
+    if !quoted(&e.what) || e.hint.as_deref() == Some(hint) {
+        return None;
+    }
+    Some(CliError {
+        what: e.what.clone(),
+        place: e.place.clone(),
+        hint: Some(hint.to_string()),
+        code: e.code,
+    })
 }
 
 /// A command-line error from clap, in the `evolve: <what> (<where>)` form.

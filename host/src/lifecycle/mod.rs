@@ -29,7 +29,9 @@ use crate::workspace::{Workspace, layout, now};
 use evaluate::{EvalError, EvalRequest, Evaluated};
 use evaluator_harbor::engine::Engine;
 use evaluator_harbor::split::SplitName;
-use evolve_archive::{Archive, Champion, Eligibility, Row, RunLock, champion, eligibility, types};
+use evolve_archive::{
+    Archive, Champion, Eligibility, LockError, Row, RunLock, champion, eligibility, types,
+};
 use evolve_snapshot::{Oid, Surface};
 use serde_json::{Map, Value, json};
 use stages::Stages;
@@ -294,7 +296,14 @@ impl Driver {
     /// Take the run lock, open the archive, and refuse to start over an interrupted child.
     pub async fn open(ws: Workspace, sandbox: Arc<Sandbox>, verbose: bool) -> Result<Driver> {
         let lock = RunLock::acquire(ws.root()).map_err(|e| {
-            RunError::new(e.to_string()).hint("one run per workspace: wait for it or stop it first")
+            let hint = match &e {
+                LockError::Io { source, .. } if evaluator_harbor::error::disk_full(source) => {
+                    evaluator_harbor::error::DISK_FULL_HINT
+                }
+                LockError::Io { .. } => "the workspace's .evolve/ directory must be writable",
+                LockError::Held { .. } => "one run per workspace: wait for it or stop it first",
+            };
+            RunError::new(e.to_string()).hint(hint)
         })?;
         active_worktrees(&ws)?;
         checkouts::clear_stale_spares(&ws.paths.runs());
