@@ -14,8 +14,9 @@ use crate::display;
 use crate::lifecycle::fmt_score;
 use crate::lifecycle::progress::{Event, ProgressSink};
 use crate::sandbox::Cancel;
+use evaluator_harbor::signals::{Stop, StopSignals};
 use std::io::{IsTerminal, Write};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// What the status line shows.
@@ -199,35 +200,49 @@ impl ProgressSink for Renderer {
     }
 }
 
-/// Aborts the interrupt watcher when the run is over.
-pub struct Watch(tokio::task::JoinHandle<()>);
+/// Watches for the stop signals while a run works; aborted when dropped.
+pub struct Watch {
+    task: tokio::task::JoinHandle<()>,
+    stopped_by: Arc<OnceLock<Stop>>,
+}
+
+impl Watch {
+    /// The signal that stopped the run, if one did.
+    pub fn stopped_by(&self) -> Option<Stop> {
+        self.stopped_by.get().copied()
+    }
+}
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        self.0.abort();
+        self.task.abort();
     }
 }
 
-/// Start [`watch_interrupts`] on the current runtime until the returned guard drops.
-pub fn watch(cancel: Cancel) -> Watch {
-    Watch(tokio::spawn(watch_interrupts(cancel)))
-}
-
-/// Watch for Ctrl-C while a run works: the first sets `cancel` (the stage in flight ends
-/// as `cancelled`, and the run returns); the second exits at once, as a crash would
-/// (the next `evolve run` recovers, exactly as after `kill -9`).
-pub async fn watch_interrupts(cancel: Cancel) {
-    if tokio::signal::ctrl_c().await.is_err() {
-        return;
-    }
-    cancel.cancel();
-    eprintln!(
-        "\nevolve: stopping: the current stage ends as `cancelled` (press Ctrl-C again to exit at once)"
-    );
-    if tokio::signal::ctrl_c().await.is_ok() {
+/// Install the handlers for SIGINT, SIGTERM and SIGHUP now (inside the runtime `rt`), and
+/// watch for them until the returned guard drops: the first sets `cancel` (the stage in
+/// flight ends as `cancelled`, and the run returns); the second exits at once, as a crash
+/// would (the next `evolve run` recovers, exactly as after `kill -9`). A run left to the
+/// signals' default action would die with its trials' containers still running.
+pub fn watch(rt: &tokio::runtime::Runtime, cancel: Cancel) -> Result<Watch, super::CliError> {
+    let _in = rt.enter();
+    let mut signals = StopSignals::install()
+        .map_err(|e| super::CliError::usage(format!("cannot handle signals: {e}")))?;
+    let stopped_by = Arc::new(OnceLock::new());
+    let record = stopped_by.clone();
+    let task = tokio::spawn(async move {
+        let stop = signals.next().await;
+        let _ = record.set(stop);
+        cancel.cancel();
+        eprintln!(
+            "\nevolve: stopping ({}): the current stage ends as `cancelled` (Ctrl-C again exits at once)",
+            stop.name()
+        );
+        let again = signals.next().await;
         eprintln!("\nevolve: exiting at once; the next `evolve run` recovers");
-        std::process::exit(130);
-    }
+        std::process::exit(i32::from(again.exit_code()));
+    });
+    Ok(Watch { task, stopped_by })
 }
 
 #[cfg(test)]

@@ -215,9 +215,8 @@ pub fn run_cmd(a: RunArgs) -> CliResult {
             .map(|r| Progress::new(r))
             .unwrap_or_default(),
     };
-    let cancel = sb.cancel_token();
+    let watch = super::progress::watch(&rt, sb.cancel_token())?;
     let summary = rt.block_on(async {
-        let _watch = super::progress::watch(cancel.clone());
         let mut driver = Driver::open(ws, sb.clone(), opts.verbose).await?;
         if let Some(spec) = &a.driver {
             let agent = lifecycle::agent_driver::AgentDriver::load(sb, spec, &a.driver_config);
@@ -230,7 +229,7 @@ pub fn run_cmd(a: RunArgs) -> CliResult {
     }
     let summary = summary.map_err(|e| {
         let again = format!("evolve run {}", a.dir.display());
-        stopped_error(e, &cancel, &a.dir, &again)
+        stopped_error(e, watch.stopped_by(), &a.dir, &again)
     })?;
     if a.json {
         print_json(&serde_json::to_value(&summary).unwrap_or(Value::Null));
@@ -280,19 +279,20 @@ pub fn run_cmd(a: RunArgs) -> CliResult {
     })
 }
 
-/// A stopped run (or retry) says how to resume and exits 130 (the shell's code for
-/// SIGINT); `again` is the command that resumes it.
+/// A run (or retry) stopped by a signal says how to resume and exits as the shell reports
+/// that signal (130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP); `again` is the command
+/// that resumes it.
 fn stopped_error(
     e: lifecycle::RunError,
-    cancel: &crate::sandbox::Cancel,
+    stopped_by: Option<evaluator_harbor::signals::Stop>,
     dir: &Path,
     again: &str,
 ) -> CliError {
-    if !cancel.is_cancelled() {
+    let Some(stop) = stopped_by else {
         return e.into();
-    }
+    };
     CliError {
-        code: 130,
+        code: stop.exit_code(),
         ..CliError::usage(e.what).at(dir.display().to_string())
     }
     .hint(format!(
@@ -741,16 +741,16 @@ pub fn retry_cmd(a: GenArgs) -> CliResult {
     let fuel = ws.recipe.operators.values().any(|b| b.fuel.is_some());
     let sb = sandbox_for(fuel)?;
     let verbose = !a.json;
-    let cancel = sb.cancel_token();
-    let outcome = runtime()?
+    let rt = runtime()?;
+    let watch = super::progress::watch(&rt, sb.cancel_token())?;
+    let outcome = rt
         .block_on(async {
-            let _watch = super::progress::watch(cancel.clone());
             let driver = Driver::open(ws, sb, verbose).await?;
             driver.retry(&a.genid).await
         })
         .map_err(|e| {
             let again = format!("evolve retry {} -w {}", a.genid, a.workspace.display());
-            stopped_error(e, &cancel, &a.workspace, &again)
+            stopped_error(e, watch.stopped_by(), &a.workspace, &again)
         })?;
     if a.json {
         print_json(&json!({"genid": a.genid, "outcome": outcome}));
