@@ -1083,3 +1083,187 @@ fn recycled_checkouts_hold_exactly_their_commit() {
     let spares = std::fs::read_dir(e.ws.join("runs/spare")).unwrap().count();
     assert_eq!(spares, 1);
 }
+
+// ---------------------------------------------------------------------------------
+// A model that is missing, dead, or goes away (issue 23).
+
+/// Bind mutate to the test component that asks the model for its proposal.
+fn with_model_mutate(e: &Exp) {
+    let path = e.root().join("recipe.yaml");
+    let recipe = std::fs::read_to_string(&path).unwrap().replace(
+        &component("scripted_mutate").display().to_string(),
+        &component("model_mutate").display().to_string(),
+    );
+    std::fs::write(path, recipe).unwrap();
+}
+
+/// A `model:` block for `url` with one attempt per call (no retries) and a price.
+fn quick_model(url: &str) -> String {
+    format!(
+        "{{endpoint: \"{url}\", model: test-model, api_key_env: EVOLVE_TEST_NO_KEY, max_retries: 0, timeout_s: 5, prices: {{input_per_mtok_usd: 1, output_per_mtok_usd: 1}}}}"
+    )
+}
+
+#[test]
+fn a_dead_model_endpoint_stops_run_recipe_check_and_init_before_anything_is_spent() {
+    let dead = chat::dead_endpoint();
+    let e = Exp::new(&Spec {
+        mutate: json!({}),
+        model: Some(quick_model(&dead)),
+        ..Spec::default()
+    });
+    with_model_mutate(&e);
+    // `recipe check --check` and `init --check` probe the endpoint.
+    let check = e
+        .evolve(&["recipe", "check", "recipe.yaml", "--check"])
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(1), "{}", text(&check));
+    assert!(
+        text(&check).contains("model.endpoint") && text(&check).contains(&dead),
+        "{}",
+        text(&check)
+    );
+    assert!(text(&check).contains("connection refused"), "{}", text(&check));
+    let init = e
+        .evolve(&["init", "ws", "--recipe", "recipe.yaml", "--check"])
+        .output()
+        .unwrap();
+    assert_eq!(init.status.code(), Some(1), "{}", text(&init));
+    assert!(text(&init).contains("unreachable"), "{}", text(&init));
+    assert!(!e.ws.exists(), "nothing was created");
+    // Without --check init goes ahead; the run probes once and stops before gen 0.
+    e.init();
+    let run = e.evolve(&["run", "ws"]).output().unwrap();
+    assert!(!run.status.success(), "{}", text(&run));
+    let t = text(&run);
+    assert!(
+        t.contains("model.endpoint") && t.contains(&dead) && t.contains("unreachable"),
+        "{t}"
+    );
+    assert!(t.contains("no generation was run") && !t.contains("run complete"), "{t}");
+    let types: Vec<Value> = e.events().iter().map(|e| e["type"].clone()).collect();
+    assert_eq!(types, [json!("genesis"), json!("generation")], "nothing was evaluated");
+}
+
+#[test]
+fn a_model_the_operators_call_but_nobody_configured_is_mentioned() {
+    // The scripted mutate never imports `model`: nothing to say.
+    let plain = Exp::new(&Spec::default());
+    let plain = plain.run_ok(&["recipe", "check", "recipe.yaml"]);
+    assert!(!text(&plain).contains("model"), "{}", text(&plain));
+    let e = Exp::new(&Spec {
+        mutate: json!({}),
+        ..Spec::default()
+    });
+    with_model_mutate(&e);
+    let noted = e.run_ok(&["recipe", "check", "recipe.yaml"]);
+    let says = "operators.mutate";
+    assert!(
+        text(&noted).contains(says) && text(&noted).contains("none is configured"),
+        "{}",
+        text(&noted)
+    );
+    let strict = e
+        .evolve(&["recipe", "check", "recipe.yaml", "--check"])
+        .output()
+        .unwrap();
+    assert_eq!(strict.status.code(), Some(1), "{}", text(&strict));
+    assert!(text(&strict).contains("none is configured"), "{}", text(&strict));
+    let init = e.run_ok(&["init", "ws", "--recipe", "recipe.yaml"]);
+    assert!(text(&init).contains("none is configured"), "{}", text(&init));
+    let dry = e.run_ok(&["run", "ws", "--dry-run"]);
+    assert!(text(&dry).contains("none is configured"), "{}", text(&dry));
+    // An empty block: both missing settings in one report.
+    let recipe = std::fs::read_to_string(e.root().join("recipe.yaml")).unwrap();
+    std::fs::write(e.root().join("empty.yaml"), format!("{recipe}model: {{}}\n")).unwrap();
+    let empty = e
+        .evolve(&["recipe", "check", "empty.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(empty.status.code(), Some(1), "{}", text(&empty));
+    assert!(
+        text(&empty).contains("model.endpoint: not set") && text(&empty).contains("model.model: not set"),
+        "{}",
+        text(&empty)
+    );
+}
+
+#[test]
+fn a_provider_that_goes_away_mid_run_stops_it_after_three_failed_generations() {
+    let url = chat::server_gone_after_probe();
+    let e = Exp::new(&Spec {
+        generations: 6,
+        budget_usd: 1.0,
+        mutate: json!({}),
+        model: Some(quick_model(&url)),
+        ..Spec::default()
+    });
+    with_model_mutate(&e);
+    e.init();
+    let run = e.evolve(&["run", "ws"]).output().unwrap();
+    let t = text(&run);
+    assert!(!run.status.success(), "{t}");
+    assert!(
+        t.contains("stopped early: the last 3 generations all failed the same way"),
+        "{t}"
+    );
+    assert!(t.contains("could not connect to the provider"), "{t}");
+    assert!(t.contains(&url), "names the endpoint: {t}");
+    let log = e.log();
+    for g in ["1", "2", "3"] {
+        assert_eq!(row(&log, g)["status"], "operator_failed", "{log:#?}");
+    }
+    assert!(
+        !log.iter().any(|r| r["genid"] == "4"),
+        "generation 4 was not spent: {log:#?}"
+    );
+}
+
+#[test]
+fn a_reservation_a_killed_run_left_in_flight_counts_as_spent_after_resume() {
+    let e = Exp::new(&Spec {
+        generations: 1,
+        budget_usd: 1.0,
+        ..Spec::default()
+    });
+    e.init();
+    // What `kill -9` during a model call of gen 1's mutate leaves: its reservation,
+    // synced before the request, and no settlement. A settled call beside it is not
+    // charged again (its spend went with its stage).
+    let ws = std::fs::canonicalize(&e.ws).unwrap();
+    let log = ws.join("runs/gen-1/mutate/model").display().to_string();
+    let ledger = ws.join(".evolve/model-reservations.jsonl");
+    std::fs::write(
+        &ledger,
+        format!(
+            "{}\n{}\n{}\n",
+            json!({"reserve": "9-a-1", "usd": 0.01, "log": log}),
+            json!({"settle": "9-a-1", "usd": 0.005}),
+            json!({"reserve": "9-a-2", "usd": 0.25, "log": log}),
+        ),
+    )
+    .unwrap();
+    e.run_ok(&["run", "ws", "--quiet"]);
+    let status = e.json(&["status", "ws", "--json"]);
+    let spent = status["spent_usd"].as_f64().unwrap();
+    assert!((spent - 0.25).abs() < 1e-9, "{status}");
+    let repairs: Vec<Value> = e
+        .events()
+        .into_iter()
+        .filter(|x| x["type"] == "repair" && x["body"]["model_calls"].is_array())
+        .collect();
+    assert_eq!(repairs.len(), 1, "{repairs:#?}");
+    assert_eq!(repairs[0]["genid"], "1");
+    assert_eq!(repairs[0]["body"]["model_calls"], json!(["9-a-2"]));
+    assert!(!ledger.exists(), "the ledger is emptied once archived");
+    // Charged once: a later run adds nothing.
+    e.run_ok(&["run", "ws", "--quiet", "--max-generations", "2"]);
+    let again: Vec<Value> = e
+        .events()
+        .into_iter()
+        .filter(|x| x["type"] == "repair" && x["body"]["model_calls"].is_array())
+        .collect();
+    assert_eq!(again.len(), 1);
+    e.run_ok(&["verify", "ws"]);
+}

@@ -817,7 +817,9 @@ fn config_errors_name_the_field() {
     let field = |block: Value| {
         ModelConfig::from_recipe_with_env(&block, env_of(&[]))
             .unwrap_err()
+            .0[0]
             .field
+            .clone()
     };
     assert_eq!(field(json!({"model": "m"})), "model.endpoint");
     assert_eq!(
@@ -881,4 +883,137 @@ fn a_key_is_not_sent_over_plain_http_beyond_this_machine() {
         Some(KEY.into()),
     )
     .unwrap();
+}
+
+#[test]
+fn every_missing_or_invalid_setting_is_reported_at_once() {
+    // Both unset: one answer names both, not the first only.
+    let err = ModelConfig::from_recipe_with_env(&json!({}), env_of(&[])).unwrap_err();
+    assert_eq!(err.fields(), ["model.endpoint", "model.model"], "{err}");
+    assert!(
+        err.to_string().contains("EVOLVE_MODEL_ENDPOINT")
+            && err.to_string().contains("EVOLVE_MODEL"),
+        "{err}"
+    );
+    let err = ModelConfig::from_recipe_with_env(
+        &json!({"endpoint": "ftp://x/v1", "model": 3, "timeout_s": 0, "max_tokens": 0,
+                "prices": {"input": 1, "output_per_mtok_usd": -1}, "colour": "red"}),
+        env_of(&[]),
+    )
+    .unwrap_err();
+    let mut fields = err.fields();
+    fields.sort();
+    assert_eq!(
+        fields,
+        [
+            "model.colour",
+            "model.endpoint",
+            "model.max_tokens",
+            "model.model",
+            "model.prices.input",
+            "model.prices.output_per_mtok_usd",
+            "model.timeout_s",
+        ],
+        "{err}"
+    );
+}
+
+// ---------------------------------------------------------------------------------
+// The endpoint probe.
+
+#[tokio::test]
+async fn the_probe_tells_a_dead_endpoint_from_a_live_one_and_a_refused_key() {
+    // Nothing listens: unreachable, naming the endpoint.
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let dead = format!("http://127.0.0.1:{port}/v1");
+    let client = ModelClient::with_api_key(config(dead.clone()), Some(KEY.into())).unwrap();
+    let err = client.probe().await.unwrap_err();
+    assert!(
+        matches!(err.cause, evolve::model::ProbeCause::Unreachable(_)),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("model.endpoint") && text.contains(&dead),
+        "{text}"
+    );
+    assert!(text.contains("connection refused"), "{text}");
+    assert!(!text.contains(KEY) && !format!("{err:?}").contains(KEY));
+
+    // Any HTTP answer proves it alive, even a 404 from a server without `/models`.
+    let server = Server::start(vec![status(404)]);
+    let client = ModelClient::with_api_key(config(server.endpoint()), None).unwrap();
+    client.probe().await.unwrap();
+    let seen = server.requests();
+    assert_eq!(
+        (seen[0].method.as_str(), seen[0].path.as_str()),
+        ("GET", "/v1/models")
+    );
+
+    // 401 with a key: the key is wrong; without one: the variable is named.
+    let server = Server::start(vec![Reply::EchoAuth(401), status(403)]);
+    let client = ModelClient::with_api_key(config(server.endpoint()), Some(KEY.into())).unwrap();
+    let err = client.probe().await.unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("refused the key in OPENAI_API_KEY"), "{text}");
+    assert!(
+        !text.contains(KEY) && !format!("{err:?}").contains(KEY),
+        "{text}"
+    );
+    assert_eq!(
+        server.requests()[0].header("authorization"),
+        Some(format!("Bearer {KEY}").as_str())
+    );
+    let client = ModelClient::with_api_key(config(server.endpoint()), None).unwrap();
+    let text = client.probe().await.unwrap_err().to_string();
+    assert!(
+        text.contains("wants a key") && text.contains("OPENAI_API_KEY is not set"),
+        "{text}"
+    );
+}
+
+// ---------------------------------------------------------------------------------
+// The spend ledger.
+
+#[tokio::test]
+async fn a_call_in_flight_is_reserved_in_the_ledger_before_it_is_sent() {
+    use evolve::model::ledger;
+    let server = Server::start(vec![Reply::Hang(Duration::from_millis(800))]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state").join(ledger::LEDGER_FILE);
+    let mut c = priced(config(server.endpoint()), 1.0, 1.0);
+    c.timeout_s = 0.5;
+    let client = ModelClient::with_api_key(c, None).unwrap();
+    client.keep_ledger(evolve::model::SpendLedger::new(&path));
+    let scope = Arc::new(client.scope(1.0, dir.path().join("gen-1/mutate/model")));
+    let worst = (4 + 1 + 2 * 4 + 100) as f64 / 1e6;
+    let call = {
+        let scope = scope.clone();
+        tokio::spawn(async move { scope.chat(request("abcd")).await })
+    };
+    // While the provider holds the request, the ledger holds its worst case: a run
+    // killed now leaves exactly this behind.
+    let started = Instant::now();
+    while server.requests().is_empty() && started.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let open = ledger::unsettled(&path).unwrap();
+    assert_eq!(open.len(), 1, "{open:?}");
+    assert!(close(open[0].usd, worst), "{open:?}");
+    assert!(open[0].log.ends_with("gen-1/mutate/model"), "{open:?}");
+    // Once the call ends (here: timed out, charged its worst case) it is settled.
+    assert!(call.await.unwrap().is_err());
+    assert!(ledger::unsettled(&path).unwrap().is_empty());
+    // A free model writes nothing.
+    let free = ModelClient::with_api_key(config(server.endpoint()), None).unwrap();
+    let free_path = dir.path().join("free.jsonl");
+    free.keep_ledger(evolve::model::SpendLedger::new(&free_path));
+    free.scope(1.0, dir.path().join("free"))
+        .chat(request("x"))
+        .await
+        .unwrap();
+    assert!(!free_path.exists());
 }

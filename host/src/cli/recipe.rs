@@ -36,6 +36,10 @@ pub enum RecipeCommand {
         /// Print the normalized recipe (or the problems) as JSON.
         #[arg(long)]
         json: bool,
+        /// Also ask the model endpoint once whether it answers (and takes the key), and
+        /// count a model the operators call but the recipe does not configure as a problem.
+        #[arg(long)]
+        check: bool,
     },
     /// Print a JSON Schema for recipe files, for editors.
     #[command(
@@ -54,7 +58,11 @@ pub fn run(cmd: RecipeCommand) -> CliResult {
             print_json(&recipe::json_schema());
             Ok(ExitCode::SUCCESS)
         }
-        RecipeCommand::Check { path, json } => check(&path, json),
+        RecipeCommand::Check {
+            path,
+            json,
+            check: probe,
+        } => check(&path, json, probe),
         RecipeCommand::List { json } => {
             if json {
                 print_json(&json!(
@@ -87,7 +95,7 @@ pub fn run(cmd: RecipeCommand) -> CliResult {
     }
 }
 
-fn check(path: &PathBuf, json_out: bool) -> CliResult {
+fn check(path: &PathBuf, json_out: bool, probe: bool) -> CliResult {
     let text = std::fs::read_to_string(path).map_err(|e| {
         CliError::usage(format!("cannot read the recipe: {e}")).at(path.display().to_string())
     })?;
@@ -98,7 +106,11 @@ fn check(path: &PathBuf, json_out: bool) -> CliResult {
     .or_else(|_| Sandbox::new(SandboxConfig::default()))
     .map_err(|e| CliError::usage(format!("cannot create the WebAssembly engine: {e:#}")))?;
     let base = path.parent().map(PathBuf::from).unwrap_or_default();
-    let checked = runtime()?.block_on(recipe::check(&sb, &text, &base));
+    let mut checked = runtime()?.block_on(recipe::check(&sb, &text, &base));
+    if let Some(r) = &checked.recipe {
+        let model = runtime()?.block_on(crate::model::check_recipe_model(&sb, r, &base, probe));
+        model.report(&mut checked.violations);
+    }
     if checked.violations.is_empty() {
         if json_out {
             print_json(&json!({"valid": true, "recipe": checked.normalized}));

@@ -50,6 +50,10 @@ pub struct InitArgs {
     pub tasks: Option<String>,
     #[arg(long)]
     pub json: bool,
+    /// First ask the model endpoint once whether it answers (and takes the key); refuse
+    /// to create the workspace if not, or if an operator calls a model none configures.
+    #[arg(long)]
+    pub check: bool,
 }
 
 #[derive(Args)]
@@ -151,6 +155,14 @@ fn recipe_source(spec: &str) -> Result<(String, PathBuf), CliError> {
 fn initialize(a: &InitArgs) -> Result<init::Initialized, CliError> {
     let (text, base) = recipe_source(&a.recipe)?;
     let sb = sandbox_for(false)?;
+    runtime()?
+        .block_on(crate::model::check_init_model(&sb, &text, &base, a.check))
+        .map_err(|what| CliError {
+            what,
+            place: None,
+            hint: Some("nothing was created; see docs/model.md".into()),
+            code: 1,
+        })?;
     let req = init::InitRequest {
         dir: a.dir.clone(),
         recipe_text: text,
@@ -302,6 +314,9 @@ fn stopped_error(
 
 fn dry_run(ws: &Workspace, a: &RunArgs) -> CliResult {
     let r = &ws.recipe;
+    if let Ok(sb) = sandbox_for(false) {
+        crate::model::note_missing_model(&sb, r, ws.root());
+    }
     let gens = a.max_generations.unwrap_or(r.experiment.max_generations) as u64;
     let kids = a
         .children_per_gen
@@ -785,6 +800,7 @@ pub fn demo_cmd(a: DemoArgs) -> CliResult {
             seed: None,
             tasks: None,
             json: a.json,
+            check: false,
         };
         let done = initialize(&args)?;
         if !a.json {

@@ -339,7 +339,11 @@ impl Driver {
         );
         stages.progress = progress.clone();
         let engine = make_engine(&ws.engine).await?;
+        reconcile_model_spend(&ws, &mut archive)?;
         let model = model_client(&ws.recipe)?;
+        if let Some(client) = &model {
+            client.keep_ledger(crate::model::SpendLedger::new(model_ledger_path(&ws)));
+        }
         let redactor = Redactor::new(&ws.task_set);
         let recipe = agent_driver::RecipeState::restore(&ws, &archive, &stages)?;
         Ok(Driver {
@@ -438,8 +442,10 @@ impl Driver {
             .max(1);
         self.progress.install(&opts.progress);
         self.report_state(&self.state());
+        self.probe_model().await?;
         self.ensure_genesis().await?;
         let mut status = "complete".to_string();
+        let mut failing = FailureStreak::default();
         // The state while nothing changes it: a resumed run passes its finished
         // generations without recomputing it for each.
         let mut unchanged: Option<State> = None;
@@ -489,11 +495,18 @@ impl Driver {
                 Some(p) => p,
                 None => continue,
             };
+            let health = self.model.as_ref().map(|m| m.health());
             let jobs = fresh.iter().zip(parents).map(|(g, p)| self.run_child(g, p));
             for r in futures_util::future::join_all(jobs).await {
                 r?;
             }
-            self.write_champion_cache(&self.state());
+            let state = self.state();
+            self.write_champion_cache(&state);
+            let failure = self.infrastructure_failure(&state, &fresh, health.as_ref());
+            if let Some(err) = failing.push(failure) {
+                self.say(format!("gen {generation}: {}", err.what));
+                return Err(err);
+            }
         }
         if status == "complete" {
             self.check_cancelled("the final anchor")?;
@@ -503,6 +516,60 @@ impl Driver {
         let state = self.state();
         self.write_champion_cache(&state);
         Ok(self.summary(&state, status, max_gen))
+    }
+
+    /// Ask the model provider once, before generation 1 spends anything, whether it is
+    /// there (no model configured: nothing to ask).
+    async fn probe_model(&self) -> Result<()> {
+        let Some(client) = &self.model else {
+            return Ok(());
+        };
+        self.say("checking the model endpoint");
+        client.probe().await.map_err(|e| {
+            RunError::new(format!("{e}; no generation was run")).hint(
+                "fix model.endpoint in the recipe (or EVOLVE_MODEL_ENDPOINT), start the server, or set the key; `evolve recipe check --check RECIPE` probes without running",
+            )
+        })
+    }
+
+    /// The infrastructure failure every fresh child of a generation ended with, if they
+    /// all ended with one: every evaluation `infrastructure_failed`, or every child
+    /// `operator_failed` while every model call of the generation failed at the provider
+    /// (`before` is the client's health when the generation started).
+    fn infrastructure_failure(
+        &self,
+        state: &State,
+        fresh: &[String],
+        before: Option<&crate::model::Health>,
+    ) -> Option<InfraFailure> {
+        let rows: Vec<&Row> = fresh.iter().filter_map(|g| state.row(g)).collect();
+        if rows.len() != fresh.len() || rows.is_empty() {
+            return None;
+        }
+        let all = |status: &str| rows.iter().all(|r| r.status.as_deref() == Some(status));
+        if all("infrastructure_failed") {
+            let last = rows.last().and_then(|r| r.reason.clone()).unwrap_or_default();
+            return Some(InfraFailure {
+                kind: "evaluation".into(),
+                what: format!("every evaluation ended `infrastructure_failed` (the last: {last})"),
+            });
+        }
+        let (Some(client), Some(before)) = (&self.model, before) else {
+            return None;
+        };
+        let now = client.health();
+        let failed_calls = now.provider_failures - before.provider_failures;
+        if all("operator_failed") && now.answered == before.answered && failed_calls > 0 {
+            let why = now.last_failure.unwrap_or_default();
+            return Some(InfraFailure {
+                kind: format!("model: {why}"),
+                what: format!(
+                    "every model call failed at the provider: {why} (model.endpoint `{}`)",
+                    client.config().endpoint
+                ),
+            });
+        }
+        None
     }
 
     fn summary(&self, state: &State, status: String, generations: u32) -> RunSummary {
@@ -944,6 +1011,49 @@ impl Driver {
     }
 }
 
+/// A run stops once this many consecutive generations had every child end with the same
+/// infrastructure failure (docs/lifecycle.md, "Stopping early"): the cause is outside
+/// the search, so every remaining generation would fail alike and spend its budget.
+pub const MAX_INFRA_FAILURES: u32 = 3;
+
+/// An infrastructure failure that ended every child of a generation.
+#[derive(Debug, Clone, PartialEq)]
+struct InfraFailure {
+    /// What two generations must share to count as the same failure.
+    kind: String,
+    /// The line the user reads.
+    what: String,
+}
+
+/// Consecutive generations of this run that failed with the same [`InfraFailure`].
+#[derive(Debug, Default)]
+struct FailureStreak {
+    last: Option<InfraFailure>,
+    count: u32,
+}
+
+impl FailureStreak {
+    /// Count one generation's failure (`None`: it did not fail so); the run's error
+    /// once [`MAX_INFRA_FAILURES`] in a row failed the same way.
+    fn push(&mut self, failure: Option<InfraFailure>) -> Option<RunError> {
+        let Some(failure) = failure else {
+            *self = FailureStreak::default();
+            return None;
+        };
+        let same = self.last.as_ref().is_some_and(|l| l.kind == failure.kind);
+        self.count = if same { self.count + 1 } else { 1 };
+        let err = (self.count >= MAX_INFRA_FAILURES).then(|| {
+            RunError::new(format!(
+                "stopped early: the last {} generations all failed the same way: {}",
+                self.count, failure.what
+            ))
+            .hint("every failure is archived (`evolve log`); fix the cause, then `evolve run` goes on from here")
+        });
+        self.last = Some(failure);
+        err
+    }
+}
+
 /// A run stops once select, with its fallback, gave no parents in this many consecutive
 /// generations: a failure that persists would otherwise fail every remaining generation
 /// and end the run as `complete`. One or two in a row (a timeout on a loaded machine)
@@ -1062,6 +1172,76 @@ fn model_client(recipe: &Recipe) -> Result<Option<crate::model::ModelClient>> {
             crate::model::ModelClient::new(c).map_err(|e| RunError::new(format!("recipe {e}")))
         })
         .transpose()
+}
+
+/// Where the run keeps its model calls' reservations (`crate::model::ledger`).
+fn model_ledger_path(ws: &Workspace) -> std::path::PathBuf {
+    ws.paths.state().join(crate::model::ledger::LEDGER_FILE)
+}
+
+/// Charge what a killed run's model calls in flight reserved: each reservation the
+/// ledger holds unsettled becomes spend, archived in one `repair` event that names the
+/// calls (so a second open after a crash here does not charge them twice), and the
+/// ledger is emptied. Runs under the run lock, before any call of this run.
+fn reconcile_model_spend(ws: &Workspace, archive: &mut Archive) -> Result<()> {
+    use crate::model::ledger;
+    let path = model_ledger_path(ws);
+    let unsettled = ledger::unsettled(&path).map_err(|e| {
+        RunError::new(format!("cannot read the model spend ledger {}: {e}", path.display()))
+    })?;
+    let archived: std::collections::HashSet<String> = archive
+        .events_of_type_from(types::REPAIR, 0)
+        .iter()
+        .filter(|e| e.certified)
+        .filter_map(|e| e.event.body.get("model_calls").and_then(Value::as_array).cloned())
+        .flatten()
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    let left: Vec<_> = unsettled
+        .into_iter()
+        .filter(|u| !archived.contains(&u.id))
+        .collect();
+    // One event per generation the calls were made for, so the row's spend (what
+    // `evolve status` adds up) includes them; calls of no generation get none.
+    let mut by_genid: std::collections::BTreeMap<Option<String>, Vec<&ledger::Unsettled>> =
+        Default::default();
+    for u in &left {
+        by_genid
+            .entry(genid_of_log(&u.log))
+            .or_default()
+            .push(u);
+    }
+    for (genid, calls) in by_genid {
+        let mut body = Map::new();
+        body.insert(
+            "what".into(),
+            json!("model calls in flight when a run was killed, charged their reserved worst case"),
+        );
+        body.insert("model_calls".into(), json!(calls.iter().map(|u| &u.id).collect::<Vec<_>>()));
+        body.insert("logs".into(), json!(calls.iter().map(|u| &u.log).collect::<Vec<_>>()));
+        body.insert("cost_usd".into(), json!(calls.iter().map(|u| u.usd).sum::<f64>()));
+        archive
+            .append(types::REPAIR, genid.as_deref(), body, &now())
+            .map_err(|e| RunError::new(format!("archive: {e}")))?;
+    }
+    ledger::clear(&path).map_err(|e| {
+        RunError::new(format!("cannot empty the model spend ledger {}: {e}", path.display()))
+    })
+}
+
+/// The generation whose stage wrote into `log` (`…/runs/gen-<genid>/…`), if any. Read
+/// from the path's own components: the killed run may have named the workspace by
+/// another (relative) path than this one does.
+fn genid_of_log(log: &str) -> Option<String> {
+    let parts: Vec<&str> = std::path::Path::new(log)
+        .components()
+        .filter_map(|c| c.as_os_str().to_str())
+        .collect();
+    parts
+        .windows(2)
+        .rev()
+        .find(|w| w[0] == layout::RUNS_DIR && w[1].starts_with("gen-"))
+        .map(|w| w[1]["gen-".len()..].to_string())
 }
 
 /// The surface of a recipe.

@@ -2,6 +2,7 @@
 //! chat completion request, classified for the retry loop in [`super::meter`].
 
 use super::config::{ModelConfig, ModelConfigError, endpoint_parts};
+use super::ledger::SpendLedger;
 use super::meter::MeteredModel;
 use super::redact::{Redactor, truncate};
 use bytes::Bytes;
@@ -35,6 +36,24 @@ struct Inner {
     authorization: Option<HeaderValue>,
     http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     redactor: Redactor,
+    /// How calls through every scope have ended, for the run's early stop.
+    health: std::sync::Mutex<Health>,
+    /// Where reservations of calls in flight are written, when the lifecycle keeps one.
+    ledger: std::sync::OnceLock<SpendLedger>,
+}
+
+/// How the experiment's model calls have ended so far (every scope counted): the
+/// lifecycle compares two of these to tell a generation whose every call failed at the
+/// provider (docs/lifecycle.md, "Stopping early").
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Health {
+    /// Calls that got an answer.
+    pub answered: u64,
+    /// Calls that ended with the provider unreachable, failing, timing out or refusing
+    /// the key: failures of the infrastructure, not of the request.
+    pub provider_failures: u64,
+    /// The last such failure, as the operator was told it.
+    pub last_failure: Option<String>,
 }
 
 impl fmt::Debug for ModelClient {
@@ -117,6 +136,8 @@ impl ModelClient {
                 authorization,
                 http,
                 redactor,
+                health: Default::default(),
+                ledger: Default::default(),
             }),
         })
     }
@@ -139,6 +160,73 @@ impl ModelClient {
 
     pub(crate) fn redactor(&self) -> &Redactor {
         &self.inner.redactor
+    }
+
+    /// How the calls of every scope have ended so far.
+    pub fn health(&self) -> Health {
+        self.inner
+            .health
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Count a call's end: answered (`None`) or failed at the provider (`Some(why)`).
+    pub(crate) fn note_call(&self, failure: Option<&str>) {
+        let mut h = self.inner.health.lock().unwrap_or_else(|p| p.into_inner());
+        match failure {
+            None => h.answered += 1,
+            Some(why) => {
+                h.provider_failures += 1;
+                h.last_failure = Some(why.to_string());
+            }
+        }
+    }
+
+    /// Write every scope's reservations to `ledger` from now on (once; later calls are
+    /// ignored). See [`SpendLedger`].
+    pub fn keep_ledger(&self, ledger: SpendLedger) {
+        let _ = self.inner.ledger.set(ledger);
+    }
+
+    pub(crate) fn ledger(&self) -> Option<&SpendLedger> {
+        self.inner.ledger.get()
+    }
+
+    /// Ask the provider once whether it is there: `GET <endpoint>/models`, which
+    /// OpenAI, vLLM, Ollama and llama.cpp's server all answer without spending a token.
+    /// Any HTTP answer proves the endpoint reachable, except 401 and 403, which say
+    /// the key is missing or wrong. Bounded by `timeout_s` and [`PROBE_TIMEOUT`].
+    pub async fn probe(&self) -> Result<(), ProbeError> {
+        let config = &self.inner.config;
+        let url = format!("{}/models", config.endpoint.trim_end_matches('/'));
+        let fail = |cause: ProbeCause| ProbeError {
+            endpoint: config.endpoint.clone(),
+            api_key_env: config.api_key_env.clone(),
+            cause,
+        };
+        let uri: hyper::Uri = url.parse().map_err(|_| fail(ProbeCause::NotAUrl))?;
+        let mut request = hyper::Request::get(uri)
+            .header(USER_AGENT, concat!("evolve/", env!("CARGO_PKG_VERSION")));
+        if let Some(auth) = &self.inner.authorization {
+            request = request.header(AUTHORIZATION, auth.clone());
+        }
+        let request = request
+            .body(Full::new(Bytes::new()))
+            .map_err(|_| fail(ProbeCause::NotAUrl))?;
+        let limit = Duration::from_secs_f64(config.timeout_s.min(PROBE_TIMEOUT.as_secs_f64()));
+        let response = match tokio::time::timeout(limit, self.inner.http.request(request)).await {
+            Err(_) => return Err(fail(ProbeCause::NoAnswer(limit))),
+            Ok(Err(e)) => return Err(fail(ProbeCause::Unreachable(connect_cause(&e)))),
+            Ok(Ok(r)) => r,
+        };
+        match response.status().as_u16() {
+            status @ (401 | 403) => Err(fail(ProbeCause::KeyRefused {
+                status,
+                key_sent: self.has_api_key(),
+            })),
+            _ => Ok(()),
+        }
     }
 
     /// Send `body` once, waiting at most `limit` for the whole answer.
@@ -252,6 +340,86 @@ impl ModelClient {
             format!("HTTP {status}: {message}")
         }
     }
+}
+
+/// Longest a probe waits for the provider's answer.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why [`ModelClient::probe`] found the endpoint unusable. Its text names the endpoint
+/// (not secret to the host) and the key's variable, never the key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbeError {
+    pub endpoint: String,
+    pub api_key_env: String,
+    pub cause: ProbeCause,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProbeCause {
+    /// No HTTP answer at all (refused, no route, DNS, TLS): the reason's kind.
+    Unreachable(String),
+    /// Connected, but nothing answered within the limit.
+    NoAnswer(Duration),
+    /// 401 or 403: the provider wants a (different) key.
+    KeyRefused {
+        status: u16,
+        key_sent: bool,
+    },
+    NotAUrl,
+}
+
+impl fmt::Display for ProbeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let at = format!("model.endpoint `{}`", self.endpoint);
+        match &self.cause {
+            ProbeCause::Unreachable(why) => {
+                write!(f, "{at}: the model provider is unreachable: {why}")
+            }
+            ProbeCause::NoAnswer(limit) => write!(
+                f,
+                "{at}: the model provider did not answer within {:.0} s",
+                limit.as_secs_f64()
+            ),
+            ProbeCause::KeyRefused {
+                status,
+                key_sent: true,
+            } => write!(
+                f,
+                "{at} refused the key in {} (HTTP {status}): the key is wrong or lacks access",
+                self.api_key_env
+            ),
+            ProbeCause::KeyRefused {
+                status,
+                key_sent: false,
+            } => write!(
+                f,
+                "{at} wants a key (HTTP {status}), and {} is not set (model.api_key_env names the variable)",
+                self.api_key_env
+            ),
+            ProbeCause::NotAUrl => write!(f, "{at}: is not a URL"),
+        }
+    }
+}
+
+impl std::error::Error for ProbeError {}
+
+/// What kind of connection failure `e` was, without its text (which can name the URL).
+fn connect_cause(e: &hyper_util::client::legacy::Error) -> String {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::*;
+            return match io.kind() {
+                ConnectionRefused => "connection refused (nothing listens there)".into(),
+                TimedOut => "the connection timed out".into(),
+                HostUnreachable | NetworkUnreachable => "no route to the host".into(),
+                _ if s.to_string().contains("dns") => "the host name does not resolve".into(),
+                _ => "could not connect (network or TLS failure)".into(),
+            };
+        }
+        source = s.source();
+    }
+    "could not connect (DNS, network or TLS failure)".into()
 }
 
 /// The content and (prompt, completion) tokens of an OpenAI chat completion.

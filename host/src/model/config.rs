@@ -90,8 +90,9 @@ impl ModelConfig {
     /// endpoint and model it leaves out.
     ///
     /// `Ok(None)` when there is no block and neither variable is set: the experiment
-    /// has no model (use [`NoModel`](crate::sandbox::NoModel)).
-    pub fn from_recipe(block: &Value) -> Result<Option<Self>, ModelConfigError> {
+    /// has no model (use [`NoModel`](crate::sandbox::NoModel)). Every problem is
+    /// reported at once, not only the first.
+    pub fn from_recipe(block: &Value) -> Result<Option<Self>, ModelConfigErrors> {
         Self::from_recipe_with_env(block, |name| std::env::var(name).ok())
     }
 
@@ -99,77 +100,112 @@ impl ModelConfig {
     pub fn from_recipe_with_env(
         block: &Value,
         env: impl Fn(&str) -> Option<String>,
-    ) -> Result<Option<Self>, ModelConfigError> {
+    ) -> Result<Option<Self>, ModelConfigErrors> {
         let empty = Map::new();
         let map = match block {
             Value::Null => &empty,
             Value::Object(map) => map,
-            _ => return Err(ModelConfigError::new("model", "must be a mapping")),
+            _ => return Err(ModelConfigError::new("model", "must be a mapping").into()),
         };
-        if let Some(bad) = map.keys().find(|k| !RECIPE_KEYS.contains(&k.as_str())) {
-            return Err(ModelConfigError::new(
+        let mut errors = Vec::new();
+        for bad in map.keys().filter(|k| !RECIPE_KEYS.contains(&k.as_str())) {
+            errors.push(ModelConfigError::new(
                 format!("model.{bad}"),
                 format!("unknown key (expected one of: {})", RECIPE_KEYS.join(", ")),
             ));
         }
         let env = |name: &str| env(name).filter(|v| !v.trim().is_empty());
-        let endpoint = opt_string(map, "endpoint")?.or_else(|| env(ENDPOINT_ENV));
-        let model = opt_string(map, "model")?.or_else(|| env(MODEL_ENV));
+        let mut take = |r: Result<Option<String>, ModelConfigError>| {
+            r.unwrap_or_else(|e| {
+                errors.push(e);
+                None
+            })
+        };
+        let endpoint_given = take(opt_string(map, "endpoint"));
+        let model_given = take(opt_string(map, "model"));
+        let api_key_env = take(opt_string(map, "api_key_env"));
+        let endpoint = endpoint_given.or_else(|| env(ENDPOINT_ENV));
+        let model = model_given.or_else(|| env(MODEL_ENV));
         if block.is_null() && endpoint.is_none() && model.is_none() {
             return Ok(None);
         }
-        let endpoint = endpoint.ok_or_else(|| {
-            ModelConfigError::new(
-                "model.endpoint",
-                format!("not set: give it in the recipe or in {ENDPOINT_ENV}"),
-            )
-        })?;
-        let model = model.ok_or_else(|| {
-            ModelConfigError::new(
-                "model.model",
-                format!("not set: give it in the recipe or in {MODEL_ENV}"),
-            )
-        })?;
-        let mut config = ModelConfig::new(endpoint, model);
-        if let Some(name) = opt_string(map, "api_key_env")? {
+        let not_set = |field: &str, var: &str| {
+            ModelConfigError::new(field, format!("not set: give it in the recipe or in {var}"))
+        };
+        // A key present but malformed already has its error; only absence is "not set".
+        if endpoint.is_none() && !errors.iter().any(|e| e.field == "model.endpoint") {
+            errors.push(not_set("model.endpoint", ENDPOINT_ENV));
+        }
+        if model.is_none() && !errors.iter().any(|e| e.field == "model.model") {
+            errors.push(not_set("model.model", MODEL_ENV));
+        }
+        let mut config = ModelConfig::new(endpoint.unwrap_or_default(), model.unwrap_or_default());
+        if let Some(name) = api_key_env {
             config.api_key_env = name;
         }
         if let Some(prices) = map.get("prices") {
-            config.prices = parse_prices(prices)?;
+            match parse_prices(prices) {
+                Ok(p) => config.prices = p,
+                Err(e) => errors.extend(e),
+            }
         }
         if let Some(v) = map.get("timeout_s") {
-            config.timeout_s = v
-                .as_f64()
-                .filter(|t| t.is_finite() && *t > 0.0)
-                .ok_or_else(|| {
-                    ModelConfigError::new("model.timeout_s", "must be a number of seconds above 0")
-                })?;
+            match v.as_f64().filter(|t| t.is_finite() && *t > 0.0) {
+                Some(t) => config.timeout_s = t,
+                None => errors.push(ModelConfigError::new(
+                    "model.timeout_s",
+                    "must be a number of seconds above 0",
+                )),
+            }
         }
         if let Some(v) = map.get("max_retries") {
-            config.max_retries = v.as_u64().filter(|n| *n <= 10).ok_or_else(|| {
-                ModelConfigError::new("model.max_retries", "must be an integer from 0 to 10")
-            })? as u32;
+            match v.as_u64().filter(|n| *n <= 10) {
+                Some(n) => config.max_retries = n as u32,
+                None => errors.push(ModelConfigError::new(
+                    "model.max_retries",
+                    "must be an integer from 0 to 10",
+                )),
+            }
         }
         if let Some(v) = map.get("max_tokens") {
-            config.max_tokens = v
-                .as_u64()
-                .filter(|n| (1..=1_000_000).contains(n))
-                .ok_or_else(|| {
-                    ModelConfigError::new(
-                        "model.max_tokens",
-                        "must be an integer from 1 to 1000000",
-                    )
-                })? as u32;
+            match v.as_u64().filter(|n| (1..=1_000_000).contains(n)) {
+                Some(n) => config.max_tokens = n as u32,
+                None => errors.push(ModelConfigError::new(
+                    "model.max_tokens",
+                    "must be an integer from 1 to 1000000",
+                )),
+            }
         }
-        config.validate()?;
-        Ok(Some(config))
+        // What the fields above could not catch (the endpoint's shape, the key's name),
+        // unless the field already has its error.
+        for e in config.problems() {
+            if !errors.iter().any(|known| known.field == e.field) {
+                errors.push(e);
+            }
+        }
+        if errors.is_empty() {
+            Ok(Some(config))
+        } else {
+            Err(ModelConfigErrors(errors))
+        }
     }
 
-    /// Check every field; errors name the recipe field.
+    /// Check every field; the first problem, naming its recipe field.
     pub fn validate(&self) -> Result<(), ModelConfigError> {
-        endpoint_parts(&self.endpoint)?;
+        match self.problems().into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Every field's problem, each naming its recipe field.
+    pub fn problems(&self) -> Vec<ModelConfigError> {
+        let mut found = Vec::new();
+        if let Err(e) = endpoint_parts(&self.endpoint) {
+            found.push(e);
+        }
         if self.model.trim().is_empty() {
-            return Err(ModelConfigError::new("model.model", "must not be empty"));
+            found.push(ModelConfigError::new("model.model", "must not be empty"));
         }
         let name_ok = !self.api_key_env.is_empty()
             && self
@@ -177,7 +213,7 @@ impl ModelConfig {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !name_ok {
-            return Err(ModelConfigError::new(
+            found.push(ModelConfigError::new(
                 "model.api_key_env",
                 "must be the name of an environment variable (letters, digits, `_`), not a key",
             ));
@@ -187,7 +223,7 @@ impl ModelConfig {
             self.prices.output_per_mtok_usd,
         ]) {
             if !(price.is_finite() && price >= 0.0) {
-                return Err(ModelConfigError::new(
+                found.push(ModelConfigError::new(
                     format!("model.prices.{key}"),
                     "must be a number of USD at least 0",
                 ));
@@ -195,30 +231,30 @@ impl ModelConfig {
         }
         let positive = |v: f64| v.is_finite() && v > 0.0;
         if !positive(self.timeout_s) {
-            return Err(ModelConfigError::new(
+            found.push(ModelConfigError::new(
                 "model.timeout_s",
                 "must be a number of seconds above 0",
             ));
         }
         if self.max_tokens == 0 {
-            return Err(ModelConfigError::new(
+            found.push(ModelConfigError::new(
                 "model.max_tokens",
                 "must be at least 1",
             ));
         }
         if !(self.backoff_s.is_finite() && self.backoff_s >= 0.0) {
-            return Err(ModelConfigError::new(
+            found.push(ModelConfigError::new(
                 "model.backoff_s",
                 "must be at least 0",
             ));
         }
         if !(self.retry_after_cap_s.is_finite() && self.retry_after_cap_s >= 0.0) {
-            return Err(ModelConfigError::new(
+            found.push(ModelConfigError::new(
                 "model.retry_after_cap_s",
                 "must be at least 0",
             ));
         }
-        Ok(())
+        found
     }
 
     /// The URL requests are posted to.
@@ -283,34 +319,44 @@ fn opt_string(map: &Map<String, Value>, key: &str) -> Result<Option<String>, Mod
     }
 }
 
-fn parse_prices(value: &Value) -> Result<Prices, ModelConfigError> {
+fn parse_prices(value: &Value) -> Result<Prices, Vec<ModelConfigError>> {
     let map = value
         .as_object()
-        .ok_or_else(|| ModelConfigError::new("model.prices", "must be a mapping"))?;
-    if let Some(bad) = map.keys().find(|k| !PRICE_KEYS.contains(&k.as_str())) {
-        return Err(ModelConfigError::new(
-            format!("model.prices.{bad}"),
-            format!("unknown key (expected {})", PRICE_KEYS.join(" or ")),
-        ));
-    }
-    let get = |key: &str| -> Result<f64, ModelConfigError> {
+        .ok_or_else(|| vec![ModelConfigError::new("model.prices", "must be a mapping")])?;
+    let mut errors: Vec<ModelConfigError> = map
+        .keys()
+        .filter(|k| !PRICE_KEYS.contains(&k.as_str()))
+        .map(|bad| {
+            ModelConfigError::new(
+                format!("model.prices.{bad}"),
+                format!("unknown key (expected {})", PRICE_KEYS.join(" or ")),
+            )
+        })
+        .collect();
+    let mut get = |key: &str| -> f64 {
         match map.get(key) {
-            None => Ok(0.0),
-            Some(v) => v
-                .as_f64()
-                .filter(|p| p.is_finite() && *p >= 0.0)
-                .ok_or_else(|| {
-                    ModelConfigError::new(
+            None => 0.0,
+            Some(v) => match v.as_f64().filter(|p| p.is_finite() && *p >= 0.0) {
+                Some(p) => p,
+                None => {
+                    errors.push(ModelConfigError::new(
                         format!("model.prices.{key}"),
                         "must be a number of USD per million tokens, at least 0",
-                    )
-                }),
+                    ));
+                    0.0
+                }
+            },
         }
     };
-    Ok(Prices {
-        input_per_mtok_usd: get(PRICE_KEYS[0])?,
-        output_per_mtok_usd: get(PRICE_KEYS[1])?,
-    })
+    let prices = Prices {
+        input_per_mtok_usd: get(PRICE_KEYS[0]),
+        output_per_mtok_usd: get(PRICE_KEYS[1]),
+    };
+    if errors.is_empty() {
+        Ok(prices)
+    } else {
+        Err(errors)
+    }
 }
 
 /// A configuration problem, naming the recipe field (`model.endpoint`, ...).
@@ -336,3 +382,35 @@ impl fmt::Display for ModelConfigError {
 }
 
 impl std::error::Error for ModelConfigError {}
+
+/// Every problem of a `model:` block, reported together (a user fixing one should not
+/// discover the next only on the following try).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfigErrors(pub Vec<ModelConfigError>);
+
+impl ModelConfigErrors {
+    /// The fields named, in order.
+    pub fn fields(&self) -> Vec<&str> {
+        self.0.iter().map(|e| e.field.as_str()).collect()
+    }
+}
+
+impl From<ModelConfigError> for ModelConfigErrors {
+    fn from(e: ModelConfigError) -> Self {
+        ModelConfigErrors(vec![e])
+    }
+}
+
+impl fmt::Display for ModelConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ModelConfigErrors {}

@@ -161,15 +161,37 @@ impl MeteredModel {
             s.reserved_usd += worst_usd;
         }
         // Released when the call ends, also when its future is dropped mid-flight.
-        let _reservation = Reservation {
+        let mut reservation = Reservation {
             scope: self,
             usd: worst_usd,
+            ledger_id: None,
+            settled: false,
         };
-        self.send(&line, &request, max_tokens, input_estimate, worst_usd)
-            .await
+        // Durably, before anything is sent: a run killed during the call still pays.
+        if let Some(ledger) = self.client.ledger().filter(|_| worst_usd > 0.0) {
+            let dir = self.log_path.parent().unwrap_or(Path::new(""));
+            match ledger.reserve(worst_usd, dir) {
+                Ok(id) => reservation.ledger_id = Some(id),
+                Err(e) => {
+                    reservation.settled = true; // nothing was sent
+                    // No path: the operator reads this text.
+                    let why = format!(
+                        "the host could not record the call's reservation ({e}): nothing was sent"
+                    );
+                    self.write_log(&line, 0, json!({"outcome": "failed", "error": why}));
+                    return Err(ModelError::Failed(why));
+                }
+            }
+        }
+        let (result, charged) = self
+            .send(&line, &request, max_tokens, input_estimate, worst_usd)
+            .await;
+        reservation.settle(charged);
+        result
     }
 
-    /// The retry loop; every attempt is logged. Charges the scope for what it meters.
+    /// The retry loop; every attempt is logged. Charges the scope for what it meters
+    /// and returns that charge with the outcome.
     async fn send(
         &self,
         line: &LogLine<'_>,
@@ -177,7 +199,7 @@ impl MeteredModel {
         max_tokens: u32,
         input_estimate: u64,
         worst_usd: f64,
-    ) -> Result<ChatResponse, ModelError> {
+    ) -> (Result<ChatResponse, ModelError>, f64) {
         let config = self.client.config();
         let mut body = json!({
             "model": config.model,
@@ -235,12 +257,14 @@ impl MeteredModel {
                             "answer": content,
                         }),
                     );
-                    return Ok(ChatResponse {
+                    self.client.note_call(None);
+                    let answer = ChatResponse {
                         content,
                         input_tokens,
                         output_tokens,
                         usd,
-                    });
+                    };
+                    return (Ok(answer), usd);
                 }
                 Attempt::Retry {
                     status,
@@ -272,6 +296,10 @@ impl MeteredModel {
                     }
                 }
                 Attempt::Refused { status, reason } => {
+                    // A refused key fails every call alike; another 4xx is this request's.
+                    if matches!(status, 401 | 403) {
+                        self.client.note_call(Some(&reason));
+                    }
                     self.write_log(
                         line,
                         attempt,
@@ -282,9 +310,9 @@ impl MeteredModel {
                             "error": reason,
                         }),
                     );
-                    return Err(ModelError::Refused(format!(
-                        "the provider refused the request ({reason})"
-                    )));
+                    let err =
+                        ModelError::Refused(format!("the provider refused the request ({reason})"));
+                    return (Err(err), 0.0);
                 }
                 Attempt::Failed { status, reason } => {
                     self.write_log(
@@ -297,7 +325,8 @@ impl MeteredModel {
                             "error": reason,
                         }),
                     );
-                    return Err(ModelError::Failed(reason));
+                    self.client.note_call(Some(&reason));
+                    return (Err(ModelError::Failed(reason)), 0.0);
                 }
                 Attempt::Timeout => {
                     // The provider may still bill for a request it went on serving:
@@ -317,13 +346,18 @@ impl MeteredModel {
                             "usd": worst_usd,
                         }),
                     );
-                    return Err(ModelError::Timeout);
+                    self.client.note_call(Some(&format!(
+                        "the provider did not answer within timeout_s ({} s)",
+                        config.timeout_s
+                    )));
+                    return (Err(ModelError::Timeout), worst_usd);
                 }
             }
         }
-        Err(ModelError::Failed(format!(
-            "the provider kept failing after {attempts} attempts (last: {last_reason})"
-        )))
+        let why =
+            format!("the provider kept failing after {attempts} attempts (last: {last_reason})");
+        self.client.note_call(Some(&why));
+        (Err(ModelError::Failed(why)), 0.0)
     }
 
     /// Append one redacted JSON line; failures are counted in [`Usage::log_errors`].
@@ -366,14 +400,34 @@ impl ModelBackend for MeteredModel {
     }
 }
 
-/// A call's worst case, held against the budget while it runs.
+/// A call's worst case, held against the budget while it runs (and in the spend
+/// ledger, when the client keeps one).
 struct Reservation<'a> {
     scope: &'a MeteredModel,
     usd: f64,
+    ledger_id: Option<String>,
+    /// The call ended and was charged; otherwise its future was dropped mid-flight.
+    settled: bool,
+}
+
+impl Reservation<'_> {
+    /// The call ended, charged `usd` (already added to the scope's usage).
+    fn settle(&mut self, usd: f64) {
+        self.settled = true;
+        if let (Some(ledger), Some(id)) = (self.scope.client.ledger(), &self.ledger_id) {
+            ledger.settle(id, usd);
+        }
+    }
 }
 
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
+        if !self.settled {
+            // Abandoned in flight (the stage was stopped): the provider may still serve
+            // and bill the request, so it costs its worst case, like a timeout.
+            self.scope.lock().usage.usd += self.usd;
+            self.settle(self.usd);
+        }
         let mut s = self.scope.lock();
         s.reserved_usd -= self.usd;
         if s.reserved_usd < 1e-12 {

@@ -14,14 +14,20 @@
 
 mod client;
 mod config;
+pub mod ledger;
 mod meter;
+mod needs;
 mod redact;
 
-pub use client::ModelClient;
+pub use client::{Health, ModelClient, PROBE_TIMEOUT, ProbeCause, ProbeError};
 pub use config::{
-    DEFAULT_API_KEY_ENV, ENDPOINT_ENV, MODEL_ENV, ModelConfig, ModelConfigError, PRICE_KEYS,
-    Prices, RECIPE_KEYS,
+    DEFAULT_API_KEY_ENV, ENDPOINT_ENV, MODEL_ENV, ModelConfig, ModelConfigError, ModelConfigErrors,
+    PRICE_KEYS, Prices, RECIPE_KEYS,
 };
+pub use ledger::SpendLedger;
 pub use meter::{
     LOG_FILE, MeteredModel, TOKENS_PER_MESSAGE, Usage, estimate_input_tokens, estimate_tokens,
+};
+pub use needs::{
+    ModelCheck, check_init_model, check_recipe_model, note_missing_model, stages_calling_model,
 };

@@ -127,6 +127,28 @@ pub struct LoadedOperator {
     pre: InstancePre<CallState>,
 }
 
+impl LoadedOperator {
+    /// The host capabilities (`model`, `tasks`) the component actually imports: a
+    /// subset of what its world grants (a mutate that never calls a model imports no
+    /// `model`). `evolve recipe check` and `init` use it to say a model is needed.
+    pub fn imported_capabilities(&self) -> Vec<&'static str> {
+        let component = self.pre.component();
+        let names: Vec<String> = component
+            .component_type()
+            .imports(component.engine())
+            .map(|(name, _)| name.to_string())
+            .collect();
+        granted_capabilities(self.stage)
+            .iter()
+            .copied()
+            .filter(|cap| {
+                let prefix = format!("{}/{cap}@", contract::PACKAGE);
+                names.iter().any(|n| n.starts_with(&prefix))
+            })
+            .collect()
+    }
+}
+
 /// What one call produced: the outcome plus everything the operator printed.
 #[derive(Debug)]
 pub struct CallReport {

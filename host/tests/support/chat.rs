@@ -41,7 +41,10 @@ pub fn chat_server(content: &'static str) -> (String, Arc<AtomicUsize>) {
                     }
                 }
             }
-            counter.fetch_add(1, Ordering::SeqCst);
+            // Count chat completions only, not the endpoint probe (`GET /models`).
+            if buf.starts_with(b"POST") {
+                counter.fetch_add(1, Ordering::SeqCst);
+            }
             let body = json!({"choices": [{"message": {"role": "assistant", "content": content}}], "usage": {"prompt_tokens": 1000, "completion_tokens": 500}}).to_string();
             let _ = write!(
                 stream,
@@ -51,6 +54,33 @@ pub fn chat_server(content: &'static str) -> (String, Arc<AtomicUsize>) {
         }
     });
     (url, calls)
+}
+
+/// A server that answers the endpoint probe (its first request) and then stops
+/// listening: a provider that goes away after `evolve run` started. Returns its base URL.
+pub fn server_gone_after_probe() -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        if let Ok((mut stream, _)) = listener.accept() {
+            let mut chunk = [0u8; 4096];
+            let _ = stream.read(&mut chunk);
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\nconnection: close\r\n\r\n{\"data\":[]}",
+            );
+        }
+        // The listener drops here: every later connection is refused.
+    });
+    url
+}
+
+/// A base URL on 127.0.0.1 where nothing listens (a dead or mistyped endpoint).
+pub fn dead_endpoint() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    format!("http://127.0.0.1:{port}/v1")
 }
 
 /// A recipe `model:` block (YAML flow mapping) for the server at `url`, at $1 per

@@ -1,0 +1,165 @@
+//! Whether a recipe's operators call a model, and whether the model it configures is
+//! there: what `evolve recipe check`, `init` and `run --dry-run` say about the model
+//! (and check, with `--check`).
+
+use super::{ModelClient, ModelConfig};
+use crate::recipe::{Recipe, resolve_operator};
+use crate::sandbox::{Sandbox, granted_capabilities, parse_stage};
+use serde_json::Value;
+use std::path::Path;
+
+/// What a recipe needs of the model and what was found.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct ModelCheck {
+    /// `operators.STAGE (OPERATOR)` of every binding whose component imports `model`.
+    pub callers: Vec<String>,
+    /// Problems, as (recipe field, message): the `model:` block's (all of them), a model
+    /// needed but not configured (with `--check`), a probe that failed.
+    pub problems: Vec<(String, String)>,
+    /// Lines worth saying that are not problems.
+    pub notes: Vec<String>,
+}
+
+impl ModelCheck {
+    /// Add the problems to a recipe check's `violations` and print the notes on stderr.
+    pub fn report(&self, violations: &mut Vec<evolve_config_schema::Violation>) {
+        violations.extend(
+            self.problems
+                .iter()
+                .map(|(field, message)| evolve_config_schema::Violation::new(field, message)),
+        );
+        for note in &self.notes {
+            eprintln!("note: {}", crate::display::text(note));
+        }
+    }
+}
+
+/// The bindings of `recipe` (operator paths relative to `base`) whose component imports
+/// the `model` capability. A binding that cannot be loaded is left out: the recipe check
+/// reports it.
+pub fn stages_calling_model(sb: &Sandbox, recipe: &Recipe, base: &Path) -> Vec<String> {
+    recipe
+        .operators
+        .iter()
+        .filter_map(|(stage_text, binding)| {
+            let stage = parse_stage(stage_text)?;
+            if !granted_capabilities(stage).contains(&"model") {
+                return None;
+            }
+            let op = resolve_operator(sb, stage, &binding.operator, base).ok()?;
+            op.imported_capabilities()
+                .contains(&"model")
+                .then(|| format!("operators.{stage_text} ({})", binding.operator))
+        })
+        .collect()
+}
+
+/// Check `recipe`'s model: its configuration (every problem at once), whether an
+/// operator calls a model that is not configured, and with `probe` whether the endpoint
+/// answers ([`ModelClient::probe`]). Never prints the key.
+pub async fn check_recipe_model(
+    sb: &Sandbox,
+    recipe: &Recipe,
+    base: &Path,
+    probe: bool,
+) -> ModelCheck {
+    let mut check = ModelCheck {
+        callers: stages_calling_model(sb, recipe, base),
+        ..ModelCheck::default()
+    };
+    let block = recipe.model.clone().unwrap_or(Value::Null);
+    let config = match ModelConfig::from_recipe(&block) {
+        Ok(c) => c,
+        Err(errors) => {
+            check
+                .problems
+                .extend(errors.0.into_iter().map(|e| (e.field, e.message)));
+            return check;
+        }
+    };
+    let Some(config) = config else {
+        if !check.callers.is_empty() {
+            let what = format!(
+                "{} call{} a model, but none is configured: set model.endpoint and model.model in the recipe (or {} and {}); see docs/model.md",
+                check.callers.join(", "),
+                if check.callers.len() == 1 { "s" } else { "" },
+                super::ENDPOINT_ENV,
+                super::MODEL_ENV,
+            );
+            if probe {
+                check.problems.push(("model".into(), what));
+            } else {
+                check.notes.push(what);
+            }
+        }
+        return check;
+    };
+    if !probe {
+        return check;
+    }
+    let endpoint = config.endpoint.clone();
+    match ModelClient::new(config) {
+        Err(e) => check.problems.push((e.field, e.message)),
+        Ok(client) => match client.probe().await {
+            Ok(()) => check
+                .notes
+                .push(format!("model.endpoint `{endpoint}` answered")),
+            Err(e) => check
+                .problems
+                .push(("model.endpoint".into(), probe_message(&e))),
+        },
+    }
+    check
+}
+
+/// The probe's error without its leading `model.endpoint` (the violation names the field).
+fn probe_message(e: &super::ProbeError) -> String {
+    let text = e.to_string();
+    text.strip_prefix("model.endpoint ")
+        .map(str::to_string)
+        .unwrap_or(text)
+}
+
+/// `evolve init`'s model check, before anything is created: with `probe`, every problem
+/// (as one text) refuses the init; without, they and the notes are printed on stderr.
+/// A recipe that does not parse is left to init, which reports it.
+pub async fn check_init_model(
+    sb: &Sandbox,
+    recipe_text: &str,
+    base: &Path,
+    probe: bool,
+) -> Result<(), String> {
+    let Some(recipe) = crate::recipe::check_shape(recipe_text).recipe else {
+        return Ok(());
+    };
+    let check = check_recipe_model(sb, &recipe, base, probe).await;
+    let problems: Vec<String> = check
+        .problems
+        .iter()
+        .map(|(field, message)| format!("{field}: {message}"))
+        .collect();
+    if probe && !problems.is_empty() {
+        return Err(problems.join("; "));
+    }
+    for line in problems.iter().chain(&check.notes) {
+        eprintln!("note: {}", crate::display::text(line));
+    }
+    Ok(())
+}
+
+/// `evolve run --dry-run`'s note that an operator calls a model none configures.
+pub fn note_missing_model(sb: &Sandbox, recipe: &Recipe, base: &Path) {
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return;
+    };
+    let check = rt.block_on(check_recipe_model(sb, recipe, base, false));
+    for (field, message) in &check.problems {
+        println!("  note: {field}: {}", crate::display::text(message));
+    }
+    for note in &check.notes {
+        println!("  note: {}", crate::display::text(note));
+    }
+}
