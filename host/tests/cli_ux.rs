@@ -8,6 +8,7 @@
 mod ws;
 
 use serde_json::{Value, json};
+use std::os::unix::fs::PermissionsExt;
 use std::process::{Child, Output};
 use ws::{Exp, Spec, text, wait_for};
 
@@ -514,7 +515,6 @@ fn a_trial_dies_with_a_killed_evolve() {
         format!("#!/bin/bash\nexec -a {name} sleep 600\n"),
     )
     .unwrap();
-    use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(agent.join("run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::write(agent.join("agent.toml"), "command = [\"./run.sh\"]\n").unwrap();
     let mut child = e
@@ -529,4 +529,217 @@ fn a_trial_dies_with_a_killed_evolve() {
     wait_for(10, "the agent to die with evolve", || {
         processes_named(&name) == 0
     });
+}
+
+/// The keys of `evolve keys list --json`, by experiment id.
+fn listed_keys(e: &Exp) -> Vec<Value> {
+    e.json(&["keys", "list", "--json"])["keys"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn key_of<'a>(keys: &'a [Value], workspace: &std::path::Path) -> &'a Value {
+    let workspace = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
+    keys.iter()
+        .find(|k| k["workspace"].as_str() == workspace.to_str())
+        .unwrap_or_else(|| panic!("no key for {} in {keys:#?}", workspace.display()))
+}
+
+/// Each `init` leaves a private key outside the workspace, with a record of the workspace
+/// it is for. `keys list` says which still exist; `keys prune` removes only the keys of
+/// deleted workspaces (`--dry-run` removes nothing), keeps a key without a record unless
+/// told otherwise, and a moved workspace's record follows it on its next archive write.
+#[test]
+fn keys_list_and_prune_remove_only_the_keys_of_deleted_workspaces() {
+    let e = scratch();
+    for ws in ["ws", "doomed", "moved"] {
+        e.run_ok(&["init", ws, "--recipe", "recipe.yaml"]);
+    }
+    let keys = listed_keys(&e);
+    assert_eq!(keys.len(), 3, "{keys:#?}");
+    for k in &keys {
+        assert_eq!(k["state"], "in_use", "{k}");
+        assert!(k["created"].as_str().unwrap().ends_with('Z'), "{k}");
+        let record = std::path::Path::new(k["key_file"].as_str().unwrap()).with_extension("json");
+        let mode = std::fs::metadata(&record).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the record is as private as the key");
+    }
+    let doomed_key = key_of(&keys, &e.root().join("doomed"))["key_file"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ws_key = key_of(&keys, &e.ws)["key_file"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // A key from before records existed, and two workspaces gone (one deleted, one moved).
+    let legacy = e.keys.join("legacy-0123abcd.key");
+    std::fs::write(&legacy, "{}\n").unwrap();
+    std::fs::set_permissions(&legacy, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::remove_dir_all(e.root().join("doomed")).unwrap();
+    std::fs::rename(e.root().join("moved"), e.root().join("moved-here")).unwrap();
+    let human = e.run_ok(&["keys", "list"]);
+    let said = text(&human);
+    assert!(said.contains("4 private key(s) in"), "{said}");
+    assert!(said.contains("unknown workspace"), "{said}");
+    assert!(said.contains("the workspace no longer exists"), "{said}");
+
+    // The moved workspace's next archive write brings its record along.
+    e.run_ok(&["repair", "moved-here"]);
+    let keys = listed_keys(&e);
+    assert_eq!(
+        key_of(&keys, &e.root().join("moved-here"))["state"],
+        "in_use"
+    );
+    let legacy_row = keys
+        .iter()
+        .find(|k| k["experiment"] == "legacy-0123abcd")
+        .unwrap();
+    assert_eq!(legacy_row["state"], "unknown_workspace");
+    assert!(legacy_row["workspace"].is_null());
+
+    let dry = e.json(&["keys", "prune", "--dry-run", "--json"]);
+    assert_eq!(dry["dry_run"], true);
+    let would: Vec<&str> = dry["removed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["key_file"].as_str().unwrap())
+        .collect();
+    assert_eq!(would, [doomed_key.as_str()]);
+    assert!(
+        std::path::Path::new(&doomed_key).exists(),
+        "a dry run removes nothing"
+    );
+
+    let out = e.run_ok(&["keys", "prune"]);
+    assert!(
+        text(&out).contains(&format!("removed {doomed_key}")),
+        "{}",
+        text(&out)
+    );
+    assert!(!std::path::Path::new(&doomed_key).exists());
+    assert!(
+        !std::path::Path::new(&doomed_key)
+            .with_extension("json")
+            .exists()
+    );
+    assert!(
+        std::path::Path::new(&ws_key).exists(),
+        "a live workspace keeps its key"
+    );
+    assert!(
+        legacy.exists(),
+        "a key without a record needs --include-unknown"
+    );
+    assert!(text(&out).contains("--include-unknown"), "{}", text(&out));
+
+    let out = e.json(&["keys", "prune", "--include-unknown", "--json"]);
+    assert_eq!(out["removed"].as_array().unwrap().len(), 1, "{out:#}");
+    assert!(!legacy.exists());
+    let left: Vec<Value> = listed_keys(&e);
+    assert_eq!(left.len(), 2, "{left:#?}");
+    assert!(left.iter().all(|k| k["state"] == "in_use"), "{left:#?}");
+    // The workspaces whose keys stayed still run.
+    e.run_ok(&["run", "ws", "--max-generations", "1", "--quiet"]);
+}
+
+/// Bytes under `dir`, as `du` counts them (allocated blocks), never through a link.
+fn disk_use(dir: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::symlink_metadata(dir) else {
+        return 0;
+    };
+    let mut n = meta.blocks() * 512;
+    if meta.is_dir() {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            n += disk_use(&e.path());
+        }
+    }
+    n
+}
+
+/// `evolve gc` drops the reproducible run data of finished, non-champion generations
+/// and the checkout caches, says how many bytes it freed (and, with `--dry-run`, would
+/// free), refuses while a run holds the workspace, and leaves everything `verify` and
+/// `export` need: both, and `verify --bundle` of the export, pass afterwards.
+#[test]
+fn gc_frees_run_data_and_verify_and_export_still_pass() {
+    let e = Exp::new(&Spec {
+        generations: 3,
+        ..Spec::default()
+    });
+    e.init();
+    e.run_ok(&["run", "ws", "--quiet"]);
+    let champion = e.log().into_iter().find(|r| r["champion"] == true).unwrap()["genid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let runs = e.ws.join("runs");
+    let before = disk_use(&runs);
+    let non_champion = if champion == "1" { "2" } else { "1" };
+    assert!(runs.join(format!("gen-{non_champion}")).is_dir());
+
+    // Refused while a run holds the lock.
+    {
+        let _lock = evolve_archive::RunLock::acquire(&e.ws).unwrap();
+        let out = e.evolve(&["gc", "ws"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        assert!(
+            stderr(&out).contains("gc refuses while a run holds the workspace"),
+            "{}",
+            text(&out)
+        );
+        assert_eq!(disk_use(&runs), before, "nothing was removed");
+    }
+
+    let dry = e.json(&["gc", "ws", "--dry-run", "--json"]);
+    assert_eq!(dry["dry_run"], true);
+    assert_eq!(dry["bytes_freed"], 0);
+    let removable = dry["bytes_removable"].as_u64().unwrap();
+    assert!(removable > 0, "{dry:#}");
+    assert_eq!(disk_use(&runs), before, "a dry run removes nothing");
+    let paths: Vec<&str> = dry["removed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["path"].as_str().unwrap())
+        .collect();
+    assert!(
+        paths.contains(&format!("runs/gen-{non_champion}").as_str()),
+        "{paths:?}"
+    );
+    assert!(
+        !paths
+            .iter()
+            .any(|p| p.ends_with(&format!("gen-{champion}"))),
+        "the champion's records stay: {paths:?}"
+    );
+
+    let out = e.run_ok(&["gc", "ws"]);
+    let said = text(&out);
+    assert!(said.contains(&format!("({removable} bytes)")), "{said}");
+    assert!(said.starts_with("removed runs/"), "{said}");
+    let after = disk_use(&runs);
+    assert!(after < before, "{after} >= {before}");
+    assert!(!runs.join(format!("gen-{non_champion}")).exists());
+    assert!(!runs.join("checkouts").exists());
+    assert!(runs.join(format!("gen-{champion}")).is_dir());
+    assert!(
+        runs.join(format!("evaluations/candidate/gen-{champion}"))
+            .is_dir()
+    );
+    let again = e.json(&["gc", "ws", "--json"]);
+    assert_eq!(again["removed"], json!([]), "a second gc finds nothing");
+
+    e.run_ok(&["verify", "ws"]);
+    e.run_ok(&["show", non_champion, "-w", "ws"]);
+    e.run_ok(&["diff", non_champion, "-w", "ws"]);
+    e.run_ok(&["export", "evidence", "-w", "ws"]);
+    e.run_ok(&["verify", "--bundle", "evidence"]);
+    // The workspace still runs: the checkouts come back from the commits.
+    e.run_ok(&["run", "ws", "--max-generations", "4", "--quiet"]);
+    e.run_ok(&["verify", "ws"]);
 }

@@ -54,11 +54,23 @@ fn init_freezes_a_committed_workspace_and_refuses_to_overwrite_it() {
             .starts_with("builtin:select/greedy")
     );
     // The secret key lives outside the workspace, private.
-    let keys: Vec<_> = std::fs::read_dir(&e.keys).unwrap().flatten().collect();
+    let keys: Vec<_> = std::fs::read_dir(&e.keys)
+        .unwrap()
+        .flatten()
+        .filter(|k| k.path().extension().is_some_and(|x| x == "key"))
+        .collect();
     assert_eq!(keys.len(), 1);
     assert_eq!(
         keys[0].metadata().unwrap().permissions().mode() & 0o777,
         0o600
+    );
+    // Beside it, the record of the workspace it is for (what `evolve keys prune` reads).
+    let record: Value =
+        serde_json::from_slice(&std::fs::read(keys[0].path().with_extension("json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        record["workspace"].as_str().unwrap(),
+        std::fs::canonicalize(&e.ws).unwrap().to_str().unwrap()
     );
     // gen/0 is tagged; the archive holds the genesis and generation-zero events.
     let store = evolve_snapshot::Store::open(&e.ws).unwrap();

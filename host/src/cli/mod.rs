@@ -7,6 +7,8 @@
 
 mod bundle;
 mod diff;
+mod gc;
+mod keys;
 mod operator;
 mod progress;
 mod recipe;
@@ -105,6 +107,14 @@ enum Command {
         after_help = "Examples:\n  evolve retry 3 -w ws\n  evolve retry 0 -w ws --json     # the seed's evaluation"
     )]
     Retry(workspace::GenArgs),
+    /// Free disk space: drop reproducible run data of finished generations, keep what verify and export need.
+    Gc(gc::GcArgs),
+    /// List the private signing keys and remove those of deleted workspaces.
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  evolve keys list\n  evolve keys prune --dry-run"
+    )]
+    Keys(keys::KeysCommand),
     /// Print a shell completion script.
     #[command(
         after_help = "Examples:\n  evolve completions bash > ~/.local/share/bash-completion/completions/evolve\n  evolve completions zsh > \"${fpath[1]}/_evolve\"\n  evolve completions fish > ~/.config/fish/completions/evolve.fish"
@@ -211,6 +221,8 @@ pub fn main() -> ExitCode {
         Command::Checkout(a) => workspace::checkout_cmd(a),
         Command::Export(a) => export_cmd(a),
         Command::Completions(a) => completions_cmd(a),
+        Command::Keys(cmd) => keys::run(cmd),
+        Command::Gc(a) => gc::gc_cmd(a),
         Command::Repair(a) => workspace::repair_cmd(a),
         Command::Retry(a) => workspace::retry_cmd(a),
         Command::Bench(a) => crate::bench::run(a),

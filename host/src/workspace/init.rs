@@ -190,6 +190,7 @@ impl Made {
         }
         if self.key_made.load(Ordering::Relaxed) {
             let _ = std::fs::remove_file(&self.key_path);
+            let _ = std::fs::remove_file(super::keys::meta_path(&self.key_path));
         }
     }
 }
@@ -287,7 +288,16 @@ fn save_key(made: &Made, key: &ExperimentKey) -> Result<()> {
     key.save(&made.key_path)
         .map_err(|e| err(format!("cannot create the signing key: {e}")))?;
     made.key_made.store(true, Ordering::Relaxed);
-    Ok(())
+    // Which workspace the key is for, so `evolve keys prune` can tell when it is gone.
+    super::keys::write_record(
+        &made.key_path,
+        &super::keys::KeyRecord {
+            schema: super::keys::META_SCHEMA.into(),
+            experiment: made.experiment_id.clone(),
+            workspace: made.root.clone(),
+            created: now(),
+        },
+    )
 }
 
 /// Create the archive, then, given generation 0's ids, append the genesis event and

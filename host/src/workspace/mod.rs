@@ -6,6 +6,7 @@
 //! tree: a hand edit of `recipe.yaml` or `evaluator/` in the working tree changes nothing.
 
 pub mod init;
+pub mod keys;
 pub mod layout;
 
 use crate::recipe::{self, Recipe};
@@ -201,6 +202,9 @@ impl Workspace {
                 key_path.display()
             ))
         })?;
+        // The key's record follows the workspace (a moved one, or a key made before
+        // records existed), so `evolve keys prune` never takes it for a deleted one.
+        keys::note_workspace(&key_path, &self.experiment_id, self.root());
         Archive::open(&self.paths.archive(), &self.experiment_id, key).map_err(|e| {
             err(format!("archive: {e}")).hint("run `evolve verify` to see every finding")
         })
@@ -227,18 +231,9 @@ pub fn split_named(s: &str) -> Option<SplitName> {
 
 /// Where an experiment's secret key lives: `$EVOLVE_KEY_DIR/<id>.key`, else
 /// `<user data dir>/evolve/keys/<id>.key`. Never inside a workspace.
+/// Beside it, `<id>.json` records the workspace it was made for ([`keys`]).
 pub fn key_path(experiment_id: &str) -> Result<PathBuf> {
-    let dir = match std::env::var_os("EVOLVE_KEY_DIR") {
-        Some(d) if !d.is_empty() => PathBuf::from(d),
-        _ => dirs::data_dir()
-            .ok_or_else(|| {
-                err("no user data directory for the experiment's signing key")
-                    .hint("set EVOLVE_KEY_DIR to a private directory")
-            })?
-            .join("evolve")
-            .join("keys"),
-    };
-    Ok(dir.join(format!("{experiment_id}.key")))
+    Ok(keys::key_dir()?.join(format!("{experiment_id}.key")))
 }
 
 /// The current time as RFC 3339 UTC with milliseconds (archive timestamps).
