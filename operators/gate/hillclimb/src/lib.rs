@@ -25,6 +25,23 @@ fn finite(row: &ArchiveRow) -> Option<f64> {
     row.score.filter(|s| s.is_finite())
 }
 
+/// A score as `evolve log` shows it: four decimals.
+fn shown(s: f64) -> String {
+    format!("{s:.4}")
+}
+
+/// Two scores compared in a reason: four decimals, or as many more as it takes to show
+/// two different scores as different (the full value when even 16 do not).
+fn shown_pair(a: f64, b: f64) -> (String, String) {
+    for digits in 4..17usize {
+        let (x, y) = (format!("{a:.digits$}"), format!("{b:.digits$}"));
+        if x != y || a == b {
+            return (x, y);
+        }
+    }
+    (a.to_string(), b.to_string())
+}
+
 /// The decision for a child against its (optional) parent.
 pub fn decide(child: &ArchiveRow, parent: Option<&ArchiveRow>, strict: bool) -> GateDecision {
     let (verdict, reason) = match (finite(child), parent) {
@@ -35,18 +52,21 @@ pub fn decide(child: &ArchiveRow, parent: Option<&ArchiveRow>, strict: bool) -> 
         (None, Some(p)) => (
             Verdict::Discard,
             match finite(p) {
-                Some(ps) => format!("child has no score; parent score {ps}"),
+                Some(ps) => format!("child has no score; parent score {}", shown(ps)),
                 None => "child has no score; parent has no score".to_string(),
             },
         ),
         (Some(cs), None) => (
             Verdict::Keep,
-            format!("child score {cs}; no parent to compare with"),
+            format!("child score {}; no parent to compare with", shown(cs)),
         ),
         (Some(cs), Some(p)) => match finite(p) {
             None => (
                 Verdict::Discard,
-                format!("child score {cs}; parent has no score to compare with"),
+                format!(
+                    "child score {}; parent has no score to compare with",
+                    shown(cs)
+                ),
             ),
             Some(ps) => {
                 let keep = if strict { cs > ps } else { cs >= ps };
@@ -61,7 +81,8 @@ pub fn decide(child: &ArchiveRow, parent: Option<&ArchiveRow>, strict: bool) -> 
                 } else {
                     Verdict::Discard
                 };
-                (verdict, format!("child score {cs} {op} parent score {ps}"))
+                let (c, p) = shown_pair(cs, ps);
+                (verdict, format!("child score {c} {op} parent score {p}"))
             }
         },
     };
@@ -127,15 +148,35 @@ mod tests {
         let c = json!({});
         assert_eq!(
             run(c.clone(), Some(0.5), Some(Some(0.4))),
-            keep("child score 0.5 > parent score 0.4")
+            keep("child score 0.5000 > parent score 0.4000")
         );
         assert_eq!(
             run(c.clone(), Some(0.4), Some(Some(0.4))),
-            discard("child score 0.4 <= parent score 0.4")
+            discard("child score 0.4000 <= parent score 0.4000")
         );
         assert_eq!(
             run(c, Some(0.3), Some(Some(0.4))),
-            discard("child score 0.3 <= parent score 0.4")
+            discard("child score 0.3000 <= parent score 0.4000")
+        );
+    }
+
+    #[test]
+    fn scores_show_four_decimals_or_enough_to_differ() {
+        assert_eq!(
+            run(
+                json!({}),
+                Some(0.3126966666666667),
+                Some(Some(0.3398403333333333))
+            ),
+            discard("child score 0.3127 <= parent score 0.3398")
+        );
+        assert_eq!(
+            run(json!({}), Some(0.31271), Some(Some(0.31269))),
+            keep("child score 0.31271 > parent score 0.31269")
+        );
+        assert_eq!(
+            run(json!({}), Some(0.1 + 0.2), Some(Some(0.3))),
+            keep("child score 0.30000000000000004 > parent score 0.3")
         );
     }
 
@@ -144,15 +185,15 @@ mod tests {
         let c = json!({"strict": false});
         assert_eq!(
             run(c.clone(), Some(0.5), Some(Some(0.4))),
-            keep("child score 0.5 >= parent score 0.4")
+            keep("child score 0.5000 >= parent score 0.4000")
         );
         assert_eq!(
             run(c.clone(), Some(0.4), Some(Some(0.4))),
-            keep("child score 0.4 >= parent score 0.4")
+            keep("child score 0.4000 >= parent score 0.4000")
         );
         assert_eq!(
             run(c, Some(0.3), Some(Some(0.4))),
-            discard("child score 0.3 < parent score 0.4")
+            discard("child score 0.3000 < parent score 0.4000")
         );
     }
 
@@ -160,7 +201,7 @@ mod tests {
     fn no_parent_keeps_a_scored_child() {
         assert_eq!(
             run(json!({}), Some(0.0), None),
-            keep("child score 0; no parent to compare with")
+            keep("child score 0.0000; no parent to compare with")
         );
         assert_eq!(
             run(json!({}), None, None),
@@ -172,7 +213,7 @@ mod tests {
     fn child_without_score_is_discarded() {
         assert_eq!(
             run(json!({}), None, Some(Some(0.4))),
-            discard("child has no score; parent score 0.4")
+            discard("child has no score; parent score 0.4000")
         );
         assert_eq!(
             run(json!({"strict": false}), None, Some(None)),
@@ -180,7 +221,7 @@ mod tests {
         );
         assert_eq!(
             run(json!({}), Some(f64::NAN), Some(Some(0.4))),
-            discard("child has no score; parent score 0.4")
+            discard("child has no score; parent score 0.4000")
         );
     }
 
@@ -188,7 +229,7 @@ mod tests {
     fn parent_without_score_discards() {
         assert_eq!(
             run(json!({}), Some(0.9), Some(None)),
-            discard("child score 0.9; parent has no score to compare with")
+            discard("child score 0.9000; parent has no score to compare with")
         );
     }
 

@@ -16,7 +16,8 @@ pub fn decide(child: &ArchiveRow) -> GateDecision {
     match child.score.filter(|s| s.is_finite()) {
         Some(s) => GateDecision {
             verdict: Verdict::Keep,
-            reason: format!("evaluation is complete with certified score {s}: parent-eligible"),
+            // Four decimals, as `evolve log` shows a score.
+            reason: format!("evaluation is complete with certified score {s:.4}: parent-eligible"),
         },
         None => GateDecision {
             verdict: Verdict::Discard,
@@ -77,7 +78,7 @@ mod tests {
         let parent = row("1", Some(0.9));
         let expected = (
             true,
-            "evaluation is complete with certified score 0.1: parent-eligible".to_string(),
+            "evaluation is complete with certified score 0.1000: parent-eligible".to_string(),
         );
         assert_eq!(run(&row("2", Some(0.1)), Some(&parent)), expected);
         assert_eq!(run(&row("2", Some(0.1)), None), expected);
@@ -85,7 +86,7 @@ mod tests {
             run(&row("2", Some(0.0)), None),
             (
                 true,
-                "evaluation is complete with certified score 0: parent-eligible".to_string()
+                "evaluation is complete with certified score 0.0000: parent-eligible".to_string()
             )
         );
     }
