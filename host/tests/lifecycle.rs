@@ -247,6 +247,90 @@ fn a_write_outside_the_surface_is_an_invalid_proposal() {
     assert_rejected(&e, "invalid_proposal", "target/other.txt");
 }
 
+/// A rejected candidate's proposal stays visible: its tree is kept on
+/// `refs/evolve/proposed/<id>` (never a tag, so select never picks it and verify does not
+/// count it), the stop archives that tree id, and `evolve diff` prints the verdict, the
+/// reason and the proposed diff, also after `evolve gc` and in an export that verifies.
+#[test]
+fn a_rejected_proposal_is_kept_unselectable_and_diff_shows_it_with_its_reason() {
+    let e = Exp::new(&Spec {
+        generations: 2,
+        mutate: json!({"action": "write", "path": "other.txt", "content": "0.9"}),
+        ..Spec::default()
+    });
+    e.init();
+    e.run_ok(&["run", "ws"]);
+    let store = evolve_snapshot::Store::open(&e.ws).unwrap();
+    assert!(store.tag_target("gen/1").unwrap().is_none(), "never tagged");
+    let kept = store
+        .evolve_ref_target("proposed/1")
+        .unwrap()
+        .expect("refs/evolve/proposed/1");
+    let stop = e
+        .events()
+        .into_iter()
+        .find(|x| x["type"] == "status" && x["genid"] == "1")
+        .unwrap();
+    assert_eq!(
+        stop["body"]["proposed_tree"].as_str().unwrap(),
+        store.tree_of(kept).unwrap().to_string()
+    );
+    // Select never picked the proposal: gen 2 forks gen 0 again.
+    let log = e.log();
+    assert_eq!(row(&log, "2")["parent"], "0", "{log:#?}");
+    assert_eq!(row(&log, "1")["eligible"], false);
+    e.run_ok(&["verify", "ws"]);
+
+    let check = |e: &Exp| {
+        let out = e.run_ok(&["diff", "1", "-w", "ws"]);
+        let said = text(&out);
+        assert!(
+            said.contains("gen 1 was rejected before its commit: invalid_proposal at surface"),
+            "{said}"
+        );
+        assert!(
+            said.contains("reason: 1 change(s) outside the mutable surface: target/other.txt"),
+            "{said}"
+        );
+        assert!(
+            said.contains("refs/evolve/proposed/1, as the archive recorded it"),
+            "{said}"
+        );
+        assert!(said.contains("+++ b/target/other.txt"), "{said}");
+        assert!(said.contains("+0.9"), "{said}");
+        let v = e.json(&["diff", "1", "-w", "ws", "--json"]);
+        assert_eq!(v["proposed"], true);
+        assert_eq!(v["certified"], true);
+        assert_eq!(v["status"], "invalid_proposal");
+        assert_eq!(v["against"], "0");
+        assert_eq!(v["files"][0]["path"], "target/other.txt");
+    };
+    check(&e);
+    e.run_ok(&["gc", "ws"]);
+    check(&e);
+    e.run_ok(&["verify", "ws"]);
+    e.run_ok(&["export", "evidence", "-w", "ws"]);
+    e.run_ok(&["verify", "--bundle", "evidence"]);
+
+    // A ref moved after the run is caught against the archived tree.
+    let gen0 = store.tag_target("gen/0").unwrap().unwrap();
+    store.set_evolve_ref("proposed/1", gen0).unwrap();
+    let out = e.evolve(&["diff", "1", "-w", "ws"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("the archived stop recorded"),
+        "{}",
+        text(&out)
+    );
+    // A stop without a proposal says why there is nothing to diff.
+    let e = one_generation(json!({"action": "none"}), &["target/value.txt"]);
+    e.run_ok(&["run", "ws"]);
+    e.usage_error(
+        &["diff", "1", "-w", "ws"],
+        "kept no proposed tree to diff: no_proposal",
+    );
+}
+
 #[test]
 fn a_planted_symlink_to_the_evaluator_is_an_invalid_proposal() {
     let e = one_generation(

@@ -1043,3 +1043,69 @@ fn base64_decode(s: &str) -> Vec<u8> {
     }
     out
 }
+
+// ------------------------------------------------------------------ a rejected proposal
+
+/// A candidate rejected before its commit: the API and the page say why, and show the
+/// diff of the tree it proposed (kept on `refs/evolve/proposed/1`), not "nothing to diff".
+#[test]
+fn a_rejected_candidate_shows_its_reason_and_the_tree_it_proposed() {
+    let e = ws::Exp::new(&ws::Spec {
+        generations: 1,
+        mutate: json!({"action": "write", "path": "other.txt", "content": "0.9"}),
+        ..ws::Spec::default()
+    });
+    e.init();
+    e.run_ok(&["run", "ws", "--quiet"]);
+    let served = serve_with(e.evolve(&["view", "ws", "--json"]));
+    let g = get_ok(&served, "/api/generations/1");
+    assert_eq!(g["status"], "invalid_proposal");
+    assert_eq!(g["proposal"]["ref"], "refs/evolve/proposed/1", "{g:#}");
+    assert_eq!(g["proposal"]["certified"], true);
+    assert!(g["commit"].is_null() && g["tag"].is_null());
+    let d = get_ok(&served, "/api/generations/1/diff");
+    assert_eq!(d["available"], true, "{d:#}");
+    assert_eq!(
+        (&d["stopped"], &d["proposed"]),
+        (&json!(true), &json!(true))
+    );
+    assert_eq!(d["failure_stage"], "surface");
+    assert!(
+        d["reason"].as_str().unwrap().contains("target/other.txt"),
+        "{d:#}"
+    );
+    assert_eq!(
+        d["changes"],
+        json!([{"path": "target/other.txt", "change": "added"}])
+    );
+    assert!(d["text"].as_str().unwrap().contains("+0.9"), "{d:#}");
+    assert!(get_ok(&served, "/api/generations/0")["proposal"].is_null());
+
+    let Some(binary) = chromium_or_skip() else {
+        return;
+    };
+    let browser = launch(&binary);
+    let mut cdp = open_page(&browser, &served.url);
+    cdp.wait_until(
+        "the lineage tree",
+        "document.querySelectorAll('#tree .node').length === 2",
+    );
+    cdp.click("#tree .node[data-genid=\"1\"]");
+    cdp.wait_until(
+        "gen 1's diff",
+        "document.getElementById('diff').dataset.state === 'loaded' && document.getElementById('diff').dataset.genid === '1'",
+    );
+    let stop = cdp.eval("document.querySelector('#diff .stop').textContent");
+    let stop = stop.as_str().unwrap();
+    assert!(stop.contains("Rejected before its commit"), "{stop}");
+    assert!(stop.contains("invalid_proposal at surface"), "{stop}");
+    assert!(stop.contains("target/other.txt"), "{stop}");
+    assert!(stop.contains("refs/evolve/proposed/1"), "{stop}");
+    let shown = cdp.eval("document.getElementById('diff').textContent");
+    assert!(shown.as_str().unwrap().contains("+0.9"), "{shown}");
+    let summary = cdp.eval("document.getElementById('detail-summary').textContent");
+    assert!(
+        summary.as_str().unwrap().contains("proposed tree"),
+        "{summary}"
+    );
+}

@@ -427,6 +427,33 @@ impl Store {
         Ok(())
     }
 
+    /// Point `refs/evolve/<name>` at `commit`, creating or moving it. These refs keep
+    /// commits that are no generation (a rejected candidate's proposed tree) reachable:
+    /// they live outside `refs/tags/`, so no tag listing, eligibility or verification of
+    /// `gen/*` tags ever sees them.
+    pub fn set_evolve_ref(&self, name: &str, commit: Oid) -> Result<(), Error> {
+        let refname = evolve_ref(name)?;
+        self.find_commit(commit)?;
+        self.repo
+            .reference(&refname, commit, true, "evolve: keep a proposed tree")
+            .map_err(git(format!("writing {refname}")))?;
+        Ok(())
+    }
+
+    /// The commit `refs/evolve/<name>` names, or `None` if absent.
+    pub fn evolve_ref_target(&self, name: &str) -> Result<Option<Oid>, Error> {
+        let refname = evolve_ref(name)?;
+        let reference = match self.repo.find_reference(&refname) {
+            Ok(r) => r,
+            Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(None),
+            Err(e) => return Err(git(format!("reading {refname}"))(e)),
+        };
+        let commit = reference
+            .peel_to_commit()
+            .map_err(|_| Error::NotFound(format!("a commit behind {refname}")))?;
+        Ok(Some(commit.id()))
+    }
+
     /// The commit a tag names (annotated tags are peeled), or `None` if absent.
     pub fn tag_target(&self, name: &str) -> Result<Option<Oid>, Error> {
         let refname = tag_ref(name)?;
@@ -646,6 +673,15 @@ impl Store {
 /// `refs/tags/<name>`, if that is a valid reference name.
 fn tag_ref(name: &str) -> Result<String, Error> {
     let refname = format!("refs/tags/{name}");
+    if name.is_empty() || !git2::Reference::is_valid_name(&refname) {
+        return Err(Error::InvalidTagName(name.to_string()));
+    }
+    Ok(refname)
+}
+
+/// `refs/evolve/<name>`, if that is a valid reference name.
+fn evolve_ref(name: &str) -> Result<String, Error> {
+    let refname = format!("refs/evolve/{name}");
     if name.is_empty() || !git2::Reference::is_valid_name(&refname) {
         return Err(Error::InvalidTagName(name.to_string()));
     }

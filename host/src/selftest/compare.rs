@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 /// behind), the experiment id and commit/tree ids (two workspaces differ in their keys/
 /// and so in every tree id; within one workspace the ids follow from the parents and
 /// the edits, which are compared), and where an operator was loaded from.
-const VOLATILE: [&str; 9] = [
+const VOLATILE: [&str; 10] = [
     "timings",
     "attempt",
     "source_attempts",
@@ -20,6 +20,7 @@ const VOLATILE: [&str; 9] = [
     "tree",
     "candidate_commit",
     "candidate_tree",
+    "proposed_tree",
     "operator_from",
 ];
 

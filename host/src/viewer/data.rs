@@ -160,6 +160,22 @@ fn audit_once(ws: &Workspace, fingerprint: Fingerprint) -> Audit {
     }
 }
 
+/// The body of the last event of `kind` naming `row`'s generation among the archive's
+/// certified lines (a line the audit did not certify for that row is skipped).
+pub fn last_certified_body(archive: &Path, row: &Row, kind: &str) -> Option<Map<String, Value>> {
+    let bytes = std::fs::read(archive).ok()?;
+    let end = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    bytes[..end]
+        .split(|b| *b == b'\n')
+        .zip(1u64..)
+        .filter(|(_, line)| !row.uncertified_lines.contains(line))
+        .filter_map(|(l, _)| serde_json::from_slice::<Value>(l).ok())
+        .filter(|e| e.get("genid").and_then(Value::as_str) == Some(row.genid.as_str()))
+        .filter(|e| e.get("type").and_then(Value::as_str) == Some(kind))
+        .last()
+        .and_then(|e| e.get("body").and_then(Value::as_object).cloned())
+}
+
 /// Every complete (newline-terminated) line that parses; a line being written is skipped.
 fn complete_events(archive: &Path) -> Vec<Value> {
     let Ok(bytes) = std::fs::read(archive) else {
@@ -336,6 +352,17 @@ pub fn generation(ws: &Workspace, audit: &Audit, genid: &str) -> Result<Value, A
         .unwrap_or_default();
     let events: Vec<Value> = audit.events_of(genid).cloned().collect();
     let generation_body = audit.last_body(genid, "generation");
+    let proposal = commit_of(ws, row).is_none().then(|| {
+        let body = last_certified_body(&ws.paths.archive(), row, "status");
+        ws.proposal(genid, body.as_ref())
+    });
+    let proposal = proposal.flatten().map(|p| {
+        json!({
+            "ref": format!("refs/evolve/{}", layout::proposed_ref(genid)),
+            "commit": p.commit.to_string(), "tree": p.tree.to_string(),
+            "certified": p.matches_archive(),
+        })
+    });
     Ok(json!({
         "genid": row.genid,
         "generation": genid_generation(&row.genid),
@@ -351,6 +378,7 @@ pub fn generation(ws: &Workspace, audit: &Audit, genid: &str) -> Result<Value, A
         "eligible": reasons.is_empty(),
         "ineligible_because": reasons,
         "commit": commit_of(ws, row).map(|c| c.to_string()),
+        "proposal": proposal,
         "tag": ws.tag_commit(genid),
         "children": row.children,
         "cost_usd": row.cost_usd,
@@ -556,11 +584,7 @@ fn tail(path: &Path) -> Value {
 pub fn diff(ws: &Workspace, audit: &Audit, genid: &str) -> Result<Value, ApiError> {
     let row = known_row(audit, genid)?;
     let Some(to) = commit_of(ws, row) else {
-        return Ok(no_diff(
-            genid,
-            row.parent.as_deref(),
-            "this generation stopped before its tree was committed, so there is nothing to diff",
-        ));
+        return proposed_diff(ws, audit, row);
     };
     let Some(parent) = row.parent.as_deref() else {
         return Ok(no_diff(
@@ -578,6 +602,52 @@ pub fn diff(ws: &Workspace, audit: &Audit, genid: &str) -> Result<Value, ApiErro
             ))
         })?;
     diff_between(ws, (parent, from), (genid, to))
+}
+
+/// A generation stopped before its commit: the tree it proposed (kept on
+/// `refs/evolve/proposed/<id>` when it was rejected after its snapshot) against its
+/// parent's, with the stop's status and reason.
+fn proposed_diff(ws: &Workspace, audit: &Audit, row: &Row) -> Result<Value, ApiError> {
+    let genid = row.genid.as_str();
+    let stopped = json!({
+        "stopped": true, "status": row.display_status(),
+        "failure_stage": row.failure_stage, "reason": row.reason,
+    });
+    let with_stop = |mut v: Value| {
+        if let (Some(v), Some(s)) = (v.as_object_mut(), stopped.as_object()) {
+            v.extend(s.clone());
+        }
+        v
+    };
+    let body = last_certified_body(&ws.paths.archive(), row, "status");
+    let parent = row.parent.as_deref();
+    let from = parent
+        .and_then(|p| audit.row(p))
+        .and_then(|p| commit_of(ws, p));
+    let (Some(p), Some(parent), Some(from)) = (ws.proposal(genid, body.as_ref()), parent, from)
+    else {
+        return Ok(with_stop(no_diff(
+            genid,
+            parent,
+            "this generation stopped before its tree was committed and kept no proposed tree, so there is nothing to diff",
+        )));
+    };
+    if p.archived_tree.is_some() && !p.matches_archive() {
+        return Ok(with_stop(no_diff(
+            genid,
+            Some(parent),
+            &format!(
+                "refs/evolve/proposed/{genid} names tree {}, not the tree {} the archived stop recorded: it was moved after the run",
+                p.tree,
+                p.archived_tree.as_deref().unwrap_or("-")
+            ),
+        )));
+    }
+    let mut v = with_stop(diff_between(ws, (parent, from), (genid, p.commit))?);
+    v["proposed"] = json!(true);
+    v["certified"] = json!(p.matches_archive());
+    v["ref"] = json!(format!("refs/evolve/{}", layout::proposed_ref(genid)));
+    Ok(v)
 }
 
 /// `GET /api/champion/diff`: the champion's tree against gen/0's (everything the run kept).

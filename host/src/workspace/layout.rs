@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! <workspace>/
-//!   .git/                     the workspace repository (git2)
+//!   .git/                     the workspace repository (git2): gen/<id> tags, and
+//!                             refs/evolve/proposed/<id> for rejected candidates' trees
 //!   .gitignore                ignores .evolve/ and runs/
 //!   recipe.yaml               the normalized recipe                      (committed)
 //!   target/                   the evolvable target                       (committed)
@@ -52,6 +53,12 @@ pub fn component_path(stage: &str) -> String {
 /// The tag naming a generation's certified commit.
 pub fn tag_name(genid: &str) -> String {
     format!("gen/{genid}")
+}
+
+/// The ref (under `refs/evolve/`, never a tag) keeping a rejected candidate's proposed
+/// tree: `refs/evolve/proposed/<genid>`. Nothing selects, evaluates or verifies it.
+pub fn proposed_ref(genid: &str) -> String {
+    format!("proposed/{genid}")
 }
 
 /// Paths of one workspace.

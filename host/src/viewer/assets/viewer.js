@@ -456,6 +456,7 @@ function renderDetail(g) {
     ["score", fmtScore(g.score)],
     ["verdict", g.verdict ? joined([value(g.verdict)].concat(g.gate_reason ? [value(g.gate_reason)] : []), " — ") : null],
     ["stopped at", g.failure_stage || undefined],
+    ["proposed tree", g.proposal ? joined([mono(g.proposal.tree), value(g.proposal.ref)], " on ") : undefined],
     ["reason", g.reason || undefined],
     ["parent eligible", g.eligible ? "yes" : joined(["no: ", joined(g.ineligible_because.map(value), "; ")], "")],
     ["commit", g.commit ? mono(g.commit) : null],
@@ -475,8 +476,19 @@ function renderDetail(g) {
   d.append(html("details", {}, html("summary", { text: `archive events (${g.events.length})` }), html("pre", { className: "mono events" }, joined(events, "\n"))));
 }
 
+// A generation stopped before its commit: its status and reason head the diff, which is
+// of the tree it proposed (kept on refs/evolve/proposed/<id>) when there is one.
+function stopLine(diff) {
+  const parts = [diff.proposed ? "Rejected before its commit; below is the tree it proposed: " : "Stopped before its commit: ", value(diff.status)];
+  if (diff.failure_stage) parts.push(" at ", value(diff.failure_stage));
+  if (diff.reason) parts.push(" — ", value(diff.reason));
+  if (diff.proposed) parts.push(diff.certified ? " (the tree the archive recorded, " : " (", value(diff.ref), ")");
+  return html("span", { className: "note stop" }, ...parts);
+}
+
 function renderDiff(pre, diff, genid) {
   pre.replaceChildren();
+  if (diff.stopped) pre.append(stopLine(diff));
   if (!diff.available) {
     pre.append(html("span", { className: "note", value: diff.why }));
   } else if (!diff.text) {
