@@ -91,7 +91,11 @@ impl fmt::Display for TreeError {
                 write!(f, "{path}: is a {found}, not a regular file")
             }
             TreeError::BadPath { path } => {
-                write!(f, "{path:?}: not a relative path inside the tree")
+                write!(
+                    f,
+                    "{}: not a relative path inside the tree",
+                    crate::display::path(path)
+                )
             }
         }
     }

@@ -607,17 +607,17 @@ async fn bad_artifacts_are_each_refused_and_the_valid_one_kept() {
     assert_eq!(
         report.refused_artifacts,
         [
-            "artifact \"link.txt\" is a symbolic link, not a regular file (links are not followed)",
-            "artifact path \"../x\" must be a relative path without `..`",
-            "artifact \"dir\" is a directory, not a regular file (links are not followed)",
-            "artifact \"missing.txt\" cannot be read in /scratch: No such file or directory (os error 2)",
+            "artifact `link.txt` is a symbolic link, not a regular file (links are not followed)",
+            "artifact path `../x` must be a relative path without `..`",
+            "artifact `dir` is a directory, not a regular file (links are not followed)",
+            "artifact `missing.txt` cannot be read in /scratch: No such file or directory (os error 2)",
         ]
     );
     let logs = fx.root.path().join("logs");
     report.write_logs(&logs, "operator").unwrap();
     let log = std::fs::read_to_string(logs.join("operator.stderr.log")).unwrap();
     assert!(
-        log.contains("[evolve: refused artifact \"link.txt\" is a symbolic link"),
+        log.contains("[evolve: refused artifact `link.txt` is a symbolic link"),
         "{log}"
     );
 }

@@ -277,7 +277,7 @@ impl Opened {
         })?;
         if manifest.get("schema").and_then(Value::as_str) != Some(SCHEMA) {
             return Err(CliError::usage(format!(
-                "{MANIFEST} has schema {}, expected {SCHEMA:?}",
+                "{MANIFEST} has schema {}, expected `{SCHEMA}`",
                 manifest.get("schema").unwrap_or(&Value::Null)
             ))
             .at(at()));

@@ -39,6 +39,23 @@ pub enum Step {
     Record { commit: Oid, parent: Option<String> },
 }
 
+/// For the run's narrative: `the gate of commit 830bc1d2e4f5 (parent gen 7)`.
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (stage, commit, parent) = match self {
+            Step::Evaluate { commit, parent } => ("the evaluation", commit, parent),
+            Step::Gate { commit, parent } => ("the gate", commit, parent),
+            Step::Record { commit, parent } => ("record", commit, parent),
+        };
+        let commit = commit.to_string();
+        write!(f, "{stage} of commit {}", &commit[..commit.len().min(12)])?;
+        match parent {
+            Some(p) => write!(f, " (parent gen {p})"),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Statuses that end an attempt before or without an evaluation.
 const EARLY_STOPS: [&str; 6] = [
     "no_proposal",
@@ -187,48 +204,8 @@ impl Driver {
     /// Archive an early stop and discard the child's worktree.
     /// Archive an early stop (with what the attempt spent) and discard its worktree.
     fn stop(&self, a: &Attempt, status: &str, stage: &str, reason: &str) -> Result<()> {
-        self.stop_with(a, status, stage, reason, Map::new())
-    }
-
-    /// Archive the early stop of a candidate whose tree was snapshotted and then rejected
-    /// (surface, operator edits, validate, novelty). The proposed tree is kept first, as a
-    /// commit on `refs/evolve/proposed/<genid>` (never a tag: nothing selects, evaluates
-    /// or verifies it), and the stop archives its tree id, so `evolve diff` and the viewer
-    /// can show what was proposed beside why it was rejected.
-    fn stop_proposed(
-        &self,
-        a: &Attempt,
-        (status, stage, reason): (&str, &str, &str),
-        parent_commit: Oid,
-        tree: Oid,
-    ) -> Result<()> {
-        let mut extra = Map::new();
-        let message = format!(
-            "evolve: proposed gen {} (parent {}), {status} at {stage}",
-            a.genid, a.parent
-        );
-        let store = &self.ws.store;
-        // Best effort: losing the proposal to look at must not lose the stop itself.
-        let kept = store
-            .commit(tree, Some(parent_commit), &message, false)
-            .and_then(|c| store.set_evolve_ref(&layout::proposed_ref(&a.genid), c));
-        if kept.is_ok() {
-            extra.insert("proposed_tree".into(), json!(tree.to_string()));
-        }
-        self.stop_with(a, status, stage, reason, extra)
-    }
-
-    fn stop_with(
-        &self,
-        a: &Attempt,
-        status: &str,
-        stage: &str,
-        reason: &str,
-        extra: Map<String, Value>,
-    ) -> Result<()> {
         let reason = clip(&self.redactor.redact(reason), 4000);
         let mut body = status_body(status, Some(stage), &reason, Some(&a.parent));
-        body.extend(extra);
         // What the attempt's stages spent is charged even though it stopped early.
         body.insert("cost_usd".into(), json!(a.meter.spent()));
         // The operators (and scripts) that ran, up to the stage that stopped the child.
@@ -421,12 +398,7 @@ impl Driver {
                 violations.len(),
                 list.join("; ")
             );
-            return self.stop_proposed(
-                &a,
-                ("invalid_proposal", "surface", why.as_str()),
-                parent_commit,
-                snap.tree,
-            );
+            return self.stop(&a, "invalid_proposal", "surface", &why);
         }
         // An edited operator must still serve its stage before the tree can become a
         // parent: one that does not would fail every generation descending from it
@@ -445,12 +417,7 @@ impl Driver {
                 defects.len(),
                 list.join("; ")
             );
-            return self.stop_proposed(
-                &a,
-                ("invalid_proposal", "surface", why.as_str()),
-                parent_commit,
-                snap.tree,
-            );
+            return self.stop(&a, "invalid_proposal", "surface", &why);
         }
         let changed = changed_paths(&snap.changes);
 
@@ -475,12 +442,7 @@ impl Driver {
                 Some(StageOutput::Validation(v)) if v.accept => {}
                 Some(StageOutput::Validation(v)) => {
                     let why = format!("candidate validation rejected: {}", v.reason);
-                    return self.stop_proposed(
-                        &a,
-                        ("rejected_validation", "validate", why.as_str()),
-                        parent_commit,
-                        snap.tree,
-                    );
+                    return self.stop(&a, "rejected_validation", "validate", &why);
                 }
                 Some(_) => return self.stop(&a, "operator_failed", "validate", &wrong("validate")),
             }
@@ -502,12 +464,7 @@ impl Driver {
                         "novelty {:.3}: a near-duplicate of an accepted edit, or no edit",
                         n.novelty
                     );
-                    return self.stop_proposed(
-                        &a,
-                        ("rejected_duplicate", "novelty", why.as_str()),
-                        parent_commit,
-                        snap.tree,
-                    );
+                    return self.stop(&a, "rejected_duplicate", "novelty", &why);
                 }
                 Some(_) => return self.stop(&a, "operator_failed", "novelty", &wrong("novelty")),
             }
@@ -664,7 +621,7 @@ impl Driver {
 
     /// Resume an interrupted transaction.
     pub(crate) async fn resume(&self, genid: &str, step: Step) -> Result<()> {
-        self.say(format!("gen {genid}: resuming ({step:?})"));
+        self.say(format!("gen {genid}: resuming at {step}"));
         match step {
             Step::Evaluate { commit, parent } => {
                 self.ensure_tag(genid, commit)?;

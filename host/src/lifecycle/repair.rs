@@ -24,11 +24,10 @@ pub fn repair(ws: &Workspace) -> Result<Vec<String>> {
     let mut actions = Vec::new();
     let rec = archive.recovery().clone();
     if !rec.resigned.is_empty() || rec.archive_torn.is_some() || rec.receipts_torn.is_some() {
-        actions.push(format!(
-            "archive: repaired crash state (torn archive tail: {}, torn receipts tail: {}, re-signed seqs: {:?})",
+        actions.push(crash_state_text(
             rec.archive_torn.is_some(),
             rec.receipts_torn.is_some(),
-            rec.resigned
+            &rec.resigned,
         ));
         let mut body = Map::new();
         body.insert("what".into(), json!("archive recovery at open"));
@@ -104,6 +103,23 @@ pub fn repair(ws: &Workspace) -> Result<Vec<String>> {
     Ok(actions)
 }
 
+/// What the archive's recovery at open repaired, in words: `archive: repaired crash
+/// state: a torn archive tail, re-signed events 7, 8`.
+fn crash_state_text(archive_torn: bool, receipts_torn: bool, resigned: &[u64]) -> String {
+    let mut parts = Vec::new();
+    if archive_torn {
+        parts.push("a torn archive tail".to_string());
+    }
+    if receipts_torn {
+        parts.push("a torn receipts tail".to_string());
+    }
+    if !resigned.is_empty() {
+        let seqs: Vec<String> = resigned.iter().map(u64::to_string).collect();
+        parts.push(format!("re-signed event(s) {}", seqs.join(", ")));
+    }
+    format!("archive: repaired crash state: {}", parts.join("; "))
+}
+
 fn fork_commit(run_dir: &Path) -> Option<Oid> {
     let v: Value = serde_json::from_slice(&std::fs::read(run_dir.join(FORK_MARKER)).ok()?).ok()?;
     Oid::from_str(v.get("commit")?.as_str()?).ok()
@@ -118,4 +134,21 @@ fn free_name(dir: &Path, name: &str) -> std::path::PathBuf {
         .map(|n| dir.join(format!("{name}-{n}")))
         .find(|p| !p.exists())
         .unwrap_or(first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repaired_crash_state_reads_as_words() {
+        assert_eq!(
+            crash_state_text(true, false, &[7, 8]),
+            "archive: repaired crash state: a torn archive tail; re-signed event(s) 7, 8"
+        );
+        assert_eq!(
+            crash_state_text(false, true, &[]),
+            "archive: repaired crash state: a torn receipts tail"
+        );
+    }
 }

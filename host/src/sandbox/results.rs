@@ -231,14 +231,14 @@ pub(crate) fn vet_artifacts(
         let why = match (relative_path("artifact", p), &dir) {
             (Err(e), _) => e,
             (Ok(()), None) => format!(
-                "artifact {:?}: no /scratch to read it from",
-                truncate(p, 80)
+                "artifact `{}`: no /scratch to read it from",
+                crate::display::path(&truncate(p, 80))
             ),
             (Ok(()), Some(dir)) => match dir.symlink_metadata(p) {
                 Ok(m) if m.is_file() => return true,
                 Ok(m) => format!(
-                    "artifact {:?} is a {}, not a regular file (links are not followed)",
-                    truncate(p, 80),
+                    "artifact `{}` is a {}, not a regular file (links are not followed)",
+                    crate::display::path(&truncate(p, 80)),
                     if m.is_symlink() {
                         "symbolic link"
                     } else if m.is_dir() {
@@ -248,8 +248,8 @@ pub(crate) fn vet_artifacts(
                     }
                 ),
                 Err(e) => format!(
-                    "artifact {:?} cannot be read in /scratch: {e}",
-                    truncate(p, 80)
+                    "artifact `{}` cannot be read in /scratch: {e}",
+                    crate::display::path(&truncate(p, 80))
                 ),
             },
         };
@@ -271,8 +271,8 @@ pub fn relative_path(what: &str, path: &str) -> Check<()> {
             .any(|seg| seg.is_empty() || seg == "." || seg == "..");
     if bad {
         return Err(format!(
-            "{what} path {:?} must be a relative path without `..`",
-            truncate(path, 80)
+            "{what} path `{}` must be a relative path without `..`",
+            crate::display::path(&truncate(path, 80))
         ));
     }
     Ok(())

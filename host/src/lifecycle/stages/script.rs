@@ -77,7 +77,7 @@ pub fn check_path(path: &str) -> Result<(), String> {
     crate::sandbox::relative_path("script", path)?;
     if !path.starts_with("operators/") || !path.ends_with(".rhai") {
         return Err(format!(
-            "script path {path:?} must be a .rhai file under operators/"
+            "script path `{path}` must be a .rhai file under operators/"
         ));
     }
     Ok(())
