@@ -204,8 +204,48 @@ impl Driver {
     /// Archive an early stop and discard the child's worktree.
     /// Archive an early stop (with what the attempt spent) and discard its worktree.
     fn stop(&self, a: &Attempt, status: &str, stage: &str, reason: &str) -> Result<()> {
+        self.stop_with(a, status, stage, reason, Map::new())
+    }
+
+    /// Archive the early stop of a candidate whose tree was snapshotted and then rejected
+    /// (surface, operator edits, validate, novelty). The proposed tree is kept first, as a
+    /// commit on `refs/evolve/proposed/<genid>` (never a tag: nothing selects, evaluates
+    /// or verifies it), and the stop archives its tree id, so `evolve diff` and the viewer
+    /// can show what was proposed beside why it was rejected.
+    fn stop_proposed(
+        &self,
+        a: &Attempt,
+        (status, stage, reason): (&str, &str, &str),
+        parent_commit: Oid,
+        tree: Oid,
+    ) -> Result<()> {
+        let mut extra = Map::new();
+        let message = format!(
+            "evolve: proposed gen {} (parent {}), {status} at {stage}",
+            a.genid, a.parent
+        );
+        let store = &self.ws.store;
+        // Best effort: losing the proposal to look at must not lose the stop itself.
+        let kept = store
+            .commit(tree, Some(parent_commit), &message, false)
+            .and_then(|c| store.set_evolve_ref(&layout::proposed_ref(&a.genid), c));
+        if kept.is_ok() {
+            extra.insert("proposed_tree".into(), json!(tree.to_string()));
+        }
+        self.stop_with(a, status, stage, reason, extra)
+    }
+
+    fn stop_with(
+        &self,
+        a: &Attempt,
+        status: &str,
+        stage: &str,
+        reason: &str,
+        extra: Map<String, Value>,
+    ) -> Result<()> {
         let reason = clip(&self.redactor.redact(reason), 4000);
         let mut body = status_body(status, Some(stage), &reason, Some(&a.parent));
+        body.extend(extra);
         // What the attempt's stages spent is charged even though it stopped early.
         body.insert("cost_usd".into(), json!(a.meter.spent()));
         // The operators (and scripts) that ran, up to the stage that stopped the child.
@@ -398,7 +438,12 @@ impl Driver {
                 violations.len(),
                 list.join("; ")
             );
-            return self.stop(&a, "invalid_proposal", "surface", &why);
+            return self.stop_proposed(
+                &a,
+                ("invalid_proposal", "surface", why.as_str()),
+                parent_commit,
+                snap.tree,
+            );
         }
         // An edited operator must still serve its stage before the tree can become a
         // parent: one that does not would fail every generation descending from it
@@ -417,7 +462,12 @@ impl Driver {
                 defects.len(),
                 list.join("; ")
             );
-            return self.stop(&a, "invalid_proposal", "surface", &why);
+            return self.stop_proposed(
+                &a,
+                ("invalid_proposal", "surface", why.as_str()),
+                parent_commit,
+                snap.tree,
+            );
         }
         let changed = changed_paths(&snap.changes);
 
@@ -442,7 +492,12 @@ impl Driver {
                 Some(StageOutput::Validation(v)) if v.accept => {}
                 Some(StageOutput::Validation(v)) => {
                     let why = format!("candidate validation rejected: {}", v.reason);
-                    return self.stop(&a, "rejected_validation", "validate", &why);
+                    return self.stop_proposed(
+                        &a,
+                        ("rejected_validation", "validate", why.as_str()),
+                        parent_commit,
+                        snap.tree,
+                    );
                 }
                 Some(_) => return self.stop(&a, "operator_failed", "validate", &wrong("validate")),
             }
@@ -464,7 +519,12 @@ impl Driver {
                         "novelty {:.3}: a near-duplicate of an accepted edit, or no edit",
                         n.novelty
                     );
-                    return self.stop(&a, "rejected_duplicate", "novelty", &why);
+                    return self.stop_proposed(
+                        &a,
+                        ("rejected_duplicate", "novelty", why.as_str()),
+                        parent_commit,
+                        snap.tree,
+                    );
                 }
                 Some(_) => return self.stop(&a, "operator_failed", "novelty", &wrong("novelty")),
             }

@@ -220,6 +220,50 @@ impl Workspace {
     }
 }
 
+/// A rejected candidate's proposal, kept on `refs/evolve/proposed/<genid>`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Proposal {
+    /// The commit the ref names (its parent is the parent's certified commit).
+    pub commit: Oid,
+    /// That commit's tree.
+    pub tree: Oid,
+    /// The tree id the archived stop recorded (`proposed_tree`), if it recorded one.
+    pub archived_tree: Option<String>,
+}
+
+impl Proposal {
+    /// The ref names the very tree the certified stop recorded.
+    pub fn matches_archive(&self) -> bool {
+        self.archived_tree.as_deref() == Some(self.tree.to_string().as_str())
+    }
+}
+
+impl Workspace {
+    /// The proposal `genid` made before it was rejected, if one was kept. `status_body`
+    /// is the body of the generation's last certified `status` event (which names the
+    /// tree it kept).
+    pub fn proposal(
+        &self,
+        genid: &str,
+        status_body: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) -> Option<Proposal> {
+        let commit = self
+            .store
+            .evolve_ref_target(&layout::proposed_ref(genid))
+            .ok()
+            .flatten()?;
+        let tree = self.store.tree_of(commit).ok()?;
+        Some(Proposal {
+            commit,
+            tree,
+            archived_tree: status_body
+                .and_then(|b| b.get("proposed_tree"))
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_string),
+        })
+    }
+}
+
 pub fn split_named(s: &str) -> Option<SplitName> {
     match s {
         "train" => Some(SplitName::Train),
