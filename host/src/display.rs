@@ -11,7 +11,8 @@
 //! - [`text`]: one line of free text (a reason, a note, a genid, a JSON rendering);
 //! - [`lines`]: multi-line free text (operator stderr), one escaped line at a time;
 //! - [`path`]: a file name, quoted the way git quotes it (`core.quotePath`);
-//! - [`patch`]: a unified diff, line by line, keeping its tabs.
+//! - [`patch`]: a unified diff, line by line, keeping its tabs;
+//! - [`shell`]: a word of a command the user is told to run (a workspace path in a hint).
 //!
 //! `--json` output needs none of this: serde_json escapes control characters, and a
 //! program reads it, not a terminal.
@@ -95,6 +96,18 @@ pub fn path(s: &str) -> Cow<'_, str> {
     }
     out.push('"');
     Cow::Owned(out)
+}
+
+/// A word for a POSIX shell command line (a workspace path in a hint such as `evolve
+/// repair WS`): as it is when it holds only characters no shell treats specially, else
+/// in single quotes, each `'` written `'\''`. The result can still hold a control
+/// character: print it through [`text`], which makes that visible.
+pub fn shell(s: &str) -> Cow<'_, str> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./:@%+=,".contains(c);
+    if !s.is_empty() && s.chars().all(plain) {
+        return Cow::Borrowed(s);
+    }
+    Cow::Owned(format!("'{}'", s.replace('\'', "'\\''")))
 }
 
 /// The bytes that make git quote a path (libgit2's `git_str_quote`).
@@ -207,6 +220,17 @@ mod tests {
         let out = git(&["-c", "core.quotePath=true", "ls-files", "--others"]).unwrap();
         let listed = String::from_utf8(out.stdout).unwrap();
         assert_eq!(listed.trim_end_matches('\n'), path(name));
+    }
+
+    #[test]
+    fn shell_words_are_quoted_only_when_a_shell_would_read_them_differently() {
+        assert_eq!(shell("ws"), "ws");
+        assert_eq!(shell("../runs/ws-2.1"), "../runs/ws-2.1");
+        assert!(matches!(shell("ws"), Cow::Borrowed(_)));
+        assert_eq!(shell("my ws"), "'my ws'");
+        assert_eq!(shell("it's"), "'it'\\''s'");
+        assert_eq!(shell("$HOME;rm"), "'$HOME;rm'");
+        assert_eq!(shell(""), "''");
     }
 
     #[test]

@@ -400,7 +400,17 @@ fn ctrl_c_during_the_gate_cancels_it_and_the_next_run_resumes_and_completes() {
     let row = e.log().into_iter().find(|r| r["genid"] == "1").unwrap();
     assert_eq!(row["status"], "cancelled");
 
-    e.run_ok(&["run", "ws", "--quiet"]);
+    // The resume is told in words, not as a Rust value (`Gate { commit: …, parent:
+    // Some("0") }`).
+    let resumed = stderr(&e.run_ok(&["run", "ws"]));
+    assert!(
+        resumed.contains("gen 1: resuming at the gate of commit "),
+        "{resumed}"
+    );
+    assert!(resumed.contains("(parent gen 0)"), "{resumed}");
+    for debug in ["Some(", "{ commit", "Gate {"] {
+        assert!(!resumed.contains(debug), "{debug} in {resumed}");
+    }
     e.run_ok(&["verify", "ws"]);
     let events = e.events();
     let of = |t: &str| {
@@ -529,6 +539,168 @@ fn a_trial_dies_with_a_killed_evolve() {
     wait_for(10, "the agent to die with evolve", || {
         processes_named(&name) == 0
     });
+}
+
+/// `status` and `run --dry-run` describe the workspace: after a run past the recipe's
+/// limit, status does not read `generations: 3 (max 1)` and the dry run does not
+/// estimate the recipe's generation all over again.
+#[test]
+fn status_and_the_dry_run_describe_the_workspace_not_the_recipe() {
+    let e = Exp::new(&Spec {
+        generations: 1,
+        ..Spec::default()
+    });
+    e.init();
+    let fresh = text(&e.run_ok(&["status", "ws"]));
+    assert!(
+        fresh.contains("generations: 0 of 1 (`evolve run ws` continues up to gen 1)"),
+        "{fresh}"
+    );
+    e.run_ok(&["run", "ws", "--max-generations", "3", "--quiet"]);
+
+    let status = text(&e.run_ok(&["status", "ws"]));
+    assert!(
+        status.contains(
+            "generations: 3; the recipe's limit (max_generations 1) is reached: \
+             `evolve run ws --max-generations N` runs up to gen N"
+        ),
+        "{status}"
+    );
+    assert!(!status.contains("(max 1)"), "{status}");
+    let v = e.json(&["status", "ws", "--json"]);
+    assert_eq!(
+        (
+            &v["generations"],
+            &v["max_generations"],
+            &v["limit_reached"]
+        ),
+        (&json!(3), &json!(1), &json!(true)),
+        "{v}"
+    );
+
+    let dry = text(&e.run_ok(&["run", "ws", "--dry-run"]));
+    assert!(
+        dry.contains("0 more generations: the workspace has 3 and runs up to gen 1"),
+        "{dry}"
+    );
+    assert!(
+        dry.contains("`evolve run ws --max-generations N` runs up to gen N (a total, not N more)"),
+        "{dry}"
+    );
+    assert!(
+        dry.contains("plus 0 genesis and sealed-anchor trial(s)"),
+        "{dry}"
+    );
+    let v = e.json(&["run", "ws", "--dry-run", "--json"]);
+    assert_eq!(v["generations"], 0, "{v}");
+    assert_eq!(v["candidate_trials"], 0, "{v}");
+    assert_eq!(v["genesis_and_anchor_trials"], 0, "{v}");
+    assert_eq!(v["generations_in_workspace"], 3, "{v}");
+
+    // --max-generations is a total: 5 runs gens 4 and 5, not five more.
+    let more = text(&e.run_ok(&["run", "ws", "--dry-run", "--max-generations", "5"]));
+    assert!(
+        more.contains("2 generation(s) to run (the workspace has 3; up to gen 5)"),
+        "{more}"
+    );
+    let v = e.json(&["run", "ws", "--dry-run", "--max-generations", "5", "--json"]);
+    assert_eq!(
+        v["candidate_trials"],
+        2 * 2,
+        "2 generations × 2 gate tasks: {v}"
+    );
+}
+
+#[test]
+fn the_run_help_says_max_generations_is_a_total() {
+    let help = text(&scratch().run_ok(&["run", "--help"]));
+    // Its help as one line (clap wraps it to the terminal's width).
+    let line = help
+        .lines()
+        .skip_while(|l| !l.contains("--max-generations <N>"))
+        .take(4)
+        .flat_map(str::split_whitespace)
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        line.contains("a total for the workspace, not N more"),
+        "{help}"
+    );
+    assert!(help.contains("--children-per-gen <K>"), "{help}");
+}
+
+/// Progress lines show scores as `evolve log` does (four decimals), not as
+/// `0.3126966666666667`.
+#[test]
+fn progress_lines_round_scores() {
+    let e = Exp::new(&Spec {
+        mutate: json!({"action": "write", "path": "value.txt", "content": "0.3126966666666667\n"}),
+        generations: 1,
+        ..Spec::default()
+    });
+    e.init();
+    let err = stderr(&e.run_ok(&["run", "ws"]));
+    assert!(
+        err.contains("gate keep: child score 0.3127 > parent score 0.1000"),
+        "{err}"
+    );
+    assert!(!err.contains("0.3126966666666667"), "{err}");
+}
+
+/// `evolve` alone is a request for help, not an error: the help with its list of
+/// commands on stdout, exit 0.
+#[test]
+fn a_bare_evolve_prints_its_help() {
+    let out = scratch().evolve(&[]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(stderr(&out), "", "nothing on stderr");
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("Usage: evolve"), "{help}");
+    assert!(help.contains("Commands:"), "{help}");
+    for command in ["demo", "init", "run", "status", "show", "repair"] {
+        assert!(
+            help.contains(&format!("\n  {command} ")),
+            "{command}: {help}"
+        );
+    }
+    assert!(!help.contains("error:"), "{help}");
+    assert!(!help.starts_with("evolve:"), "{help}");
+}
+
+#[test]
+fn a_missing_argument_is_named_with_an_example() {
+    let e = scratch();
+    let out = e.usage_error(&["show"], "not provided: <GENID> (command line)");
+    assert!(
+        stderr(&out).contains("for example `evolve show 3 -w ws`"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// A hint that sends the user to `evolve repair` (or `run`, `retry`) names the workspace
+/// they gave, quoted for the shell where it needs to be.
+#[test]
+fn hints_name_the_workspace_the_user_gave() {
+    let e = Exp::new(&Spec {
+        generations: 1,
+        ..Spec::default()
+    });
+    e.run_ok(&["init", "my ws", "--recipe", "recipe.yaml"]);
+    std::fs::create_dir_all(e.root().join("my ws/runs/worktrees/gen-1")).unwrap();
+    let out = e.usage_error(&["run", "my ws"], "left child worktree(s) gen-1");
+    let err = stderr(&out);
+    assert!(err.contains("run `evolve repair 'my ws'`"), "{err}");
+    assert!(err.contains("then `evolve run 'my ws'` resumes"), "{err}");
+    let out = e.usage_error(&["retry", "0", "-w", "my ws"], "left child worktree(s)");
+    assert!(
+        stderr(&out).contains("`evolve repair 'my ws'`"),
+        "{}",
+        text(&out)
+    );
+    e.run_ok(&["repair", "my ws"]);
+    let init = text(&e.run_ok(&["init", "other ws", "--recipe", "recipe.yaml"]));
+    assert!(init.contains("next: evolve run 'other ws'"), "{init}");
 }
 
 /// The keys of `evolve keys list --json`, by experiment id.

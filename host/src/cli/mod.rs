@@ -204,6 +204,12 @@ pub fn main() -> ExitCode {
             let _ = e.print();
             return ExitCode::SUCCESS;
         }
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            // `evolve` alone (or `evolve operator`): the user asked what there is, as
+            // `cargo` alone does; the help goes to stdout and is no error.
+            print!("{}", e.render());
+            return ExitCode::SUCCESS;
+        }
         Err(e) => return report(&usage_error(&e), json),
     };
     let result = match cli.command {
@@ -271,16 +277,25 @@ fn name_a_full_disk(e: &CliError) -> Option<CliError> {
 /// A command-line error from clap, in the `evolve: <what> (<where>)` form.
 fn usage_error(e: &clap::Error) -> CliError {
     let text = e.render().to_string();
-    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
-    let what = lines
+    let mut lines = text.lines().map(str::trim).skip_while(|l| l.is_empty());
+    let mut what = lines
         .next()
         .unwrap_or("invalid command line")
         .trim_start_matches("error: ")
         .to_string();
+    // "the following required arguments were not provided:" lists them on the lines
+    // below: they are the point of the message.
+    if what.ends_with(':') {
+        let listed: Vec<&str> = lines.take_while(|l| !l.is_empty()).collect();
+        what = format!("{what} {}", listed.join(", "));
+    }
     let usage = text
         .lines()
         .find_map(|l| l.trim().strip_prefix("Usage: "))
-        .map(str::to_string);
+        .map(|u| match example_for(u) {
+            Some(x) => format!("{u}; for example `{x}`"),
+            None => u.to_string(),
+        });
     let tip = text
         .lines()
         .find_map(|l| l.trim().strip_prefix("tip: "))
@@ -292,6 +307,27 @@ fn usage_error(e: &clap::Error) -> CliError {
         (None, None) => "see `evolve --help`".into(),
     };
     CliError::usage(what).at("command line").hint(hint)
+}
+
+/// The first example in the `--help` of the command a usage line names
+/// (`evolve show [OPTIONS] <GENID>` → `evolve show 3 -w ws`).
+fn example_for(usage: &str) -> Option<String> {
+    let mut cmd = Cli::command();
+    let path = usage
+        .split_whitespace()
+        .skip(1)
+        .take_while(|w| !w.starts_with(['[', '<', '-']));
+    for name in path {
+        cmd = cmd.find_subcommand(name)?.clone();
+    }
+    let help = cmd.get_after_help()?.to_string();
+    let example = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Examples:"))
+        .nth(1)?;
+    // Drop a trailing `# comment`.
+    let example = example.split("  #").next().unwrap_or(example).trim();
+    (!example.is_empty()).then(|| example.to_string())
 }
 
 fn export_cmd(a: ExportArgs) -> CliResult {
@@ -405,5 +441,21 @@ mod tests {
         );
         assert!(text.contains("(command line)"), "{text}");
         assert!(text.contains("hint: "), "{text}");
+    }
+
+    #[test]
+    fn a_missing_argument_is_named_with_an_example() {
+        let e = Cli::try_parse_from(["evolve", "show"]).err().unwrap();
+        let err = usage_error(&e);
+        assert_eq!(
+            err.what,
+            "the following required arguments were not provided: <GENID>"
+        );
+        let hint = err.hint.unwrap();
+        assert!(hint.contains("for example `evolve show 3 -w ws`"), "{hint}");
+        assert_eq!(
+            example_for("evolve operator describe [OPTIONS] <OPERATOR>").as_deref(),
+            Some("evolve operator describe select/greedy"),
+        );
     }
 }

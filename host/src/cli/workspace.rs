@@ -35,6 +35,75 @@ impl From<lifecycle::RunError> for CliError {
     }
 }
 
+/// The commands that take the workspace as their first argument (`evolve run WS`), and
+/// those that take it as `-w WS` after a generation id (`evolve retry 3 -w WS`).
+const WORKSPACE_FIRST: [&str; 6] = ["run", "repair", "status", "log", "verify", "view"];
+const WORKSPACE_FLAG: [&str; 5] = ["show", "retry", "diff", "checkout", "export"];
+
+/// The workspace as the user named it, ready to paste into a command line.
+fn ws_word(dir: &Path) -> String {
+    display::shell(&dir.to_string_lossy()).into_owned()
+}
+
+/// `text` with every `` `evolve <command> …` `` that works on a workspace completed with
+/// `dir`, as the user spelled it: the lifecycle and the workspace code write their hints
+/// without a workspace (they only see its absolute path), so a hint would otherwise send
+/// the user to run `evolve repair` in whatever directory they are in. The default `.`,
+/// and a command that already names a workspace, are left as they are.
+pub(crate) fn name_workspace(text: &str, dir: &Path) -> String {
+    if dir == Path::new(".") {
+        return text.to_string();
+    }
+    let ws = ws_word(dir);
+    text.split('`')
+        .enumerate()
+        .map(|(i, part)| {
+            // Odd parts are inside backticks: the commands.
+            if i % 2 == 1 {
+                with_workspace(part, &ws)
+            } else {
+                part.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("`")
+}
+
+/// One command, `evolve <sub> …`, with `ws` added where `<sub>` takes it.
+fn with_workspace(command: &str, ws: &str) -> String {
+    let words: Vec<&str> = command.split(' ').collect();
+    let (Some(&"evolve"), Some(sub)) = (words.first(), words.get(1)) else {
+        return command.to_string();
+    };
+    let rest = &words[2..];
+    let named = rest
+        .iter()
+        .any(|w| matches!(*w, "-w" | "--workspace" | "--bundle"));
+    if WORKSPACE_FIRST.contains(sub) && !named && rest.first().is_none_or(|w| w.starts_with('-')) {
+        let mut out = vec!["evolve", *sub, ws];
+        out.extend_from_slice(rest);
+        out.join(" ")
+    } else if WORKSPACE_FLAG.contains(sub) && !named {
+        format!("{command} -w {ws}")
+    } else {
+        command.to_string()
+    }
+}
+
+impl CliError {
+    /// This error with its commands completed with the workspace `dir` ([`name_workspace`]).
+    pub(crate) fn in_workspace(mut self, dir: &Path) -> CliError {
+        self.what = name_workspace(&self.what, dir);
+        self.hint = self.hint.map(|h| name_workspace(&h, dir));
+        self
+    }
+}
+
+/// Run a workspace command; its error names the workspace in the commands it suggests.
+fn within<A>(dir: PathBuf, args: A, command: fn(A) -> CliResult) -> CliResult {
+    command(args).map_err(|e| e.in_workspace(&dir))
+}
+
 #[derive(Args)]
 pub struct InitArgs {
     /// The new workspace directory (must not exist, or be empty).
@@ -48,6 +117,7 @@ pub struct InitArgs {
     /// Replace the recipe's task set: a built-in task set name or a directory of Harbor tasks.
     #[arg(long)]
     pub tasks: Option<String>,
+    /// Print the result as JSON on stdout.
     #[arg(long)]
     pub json: bool,
     /// First ask the model endpoint once whether it answers (and takes the key); refuse
@@ -61,9 +131,14 @@ pub struct RunArgs {
     /// The workspace (default: the current directory).
     #[arg(default_value = ".")]
     pub dir: PathBuf,
-    #[arg(long)]
+    /// Run up to generation N: a total for the workspace, not N more (generations already
+    /// finished are not run again). Default: the recipe's `experiment.max_generations`;
+    /// not saved for later runs.
+    #[arg(long, value_name = "N")]
     pub max_generations: Option<u32>,
-    #[arg(long)]
+    /// Children per generation for this run (default: the recipe's
+    /// `experiment.children_per_gen`).
+    #[arg(long, value_name = "K")]
     pub children_per_gen: Option<u32>,
     /// Print the pre-flight estimate (trials and cost) and exit without running.
     #[arg(long)]
@@ -71,6 +146,7 @@ pub struct RunArgs {
     /// Print only the summary.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Print the summary (or the estimate) as JSON on stdout, and no progress.
     #[arg(long)]
     pub json: bool,
     /// An agent driver that revises the recipe between generations: a built-in driver
@@ -87,6 +163,7 @@ pub struct DirArgs {
     /// The workspace (default: the current directory).
     #[arg(default_value = ".")]
     pub dir: PathBuf,
+    /// Print the result as JSON on stdout.
     #[arg(long)]
     pub json: bool,
 }
@@ -98,6 +175,7 @@ pub struct GenArgs {
     /// The workspace (default: the current directory).
     #[arg(long, short, default_value = ".")]
     pub workspace: PathBuf,
+    /// Print the result as JSON on stdout.
     #[arg(long)]
     pub json: bool,
 }
@@ -111,6 +189,7 @@ pub struct CheckoutArgs {
     /// The workspace (default: the current directory).
     #[arg(long, short, default_value = ".")]
     pub workspace: PathBuf,
+    /// Print the result as JSON on stdout.
     #[arg(long)]
     pub json: bool,
 }
@@ -174,6 +253,10 @@ fn initialize(a: &InitArgs) -> Result<init::Initialized, CliError> {
 }
 
 pub fn init_cmd(a: InitArgs) -> CliResult {
+    within(a.dir.clone(), a, init_new)
+}
+
+fn init_new(a: InitArgs) -> CliResult {
     print_init(&a, &initialize(&a)?, true)
 }
 
@@ -199,16 +282,17 @@ fn print_init(a: &InitArgs, done: &init::Initialized, next: bool) -> CliResult {
             done.key_path.display()
         );
         if next {
-            println!(
-                "next: evolve run {}",
-                display::text(&a.dir.display().to_string())
-            );
+            println!("next: evolve run {}", display::text(&ws_word(&a.dir)));
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
 pub fn run_cmd(a: RunArgs) -> CliResult {
+    within(a.dir.clone(), a, run)
+}
+
+fn run(a: RunArgs) -> CliResult {
     let ws = Workspace::open(&a.dir)?;
     if a.dry_run {
         return dry_run(&ws, &a);
@@ -240,7 +324,7 @@ pub fn run_cmd(a: RunArgs) -> CliResult {
         r.finish();
     }
     let summary = summary.map_err(|e| {
-        let again = format!("evolve run {}", a.dir.display());
+        let again = format!("evolve run {}", ws_word(&a.dir));
         stopped_error(e, watch.stopped_by(), &a.dir, &again)
     })?;
     if a.json {
@@ -312,26 +396,87 @@ fn stopped_error(
     ))
 }
 
+/// What a run with these arguments would still do, from the workspace's archive: the
+/// generations up to the limit that are not finished, and the framework's own
+/// evaluations (genesis, anchors) not yet certified.
+struct Plan {
+    /// The last generation the run goes to (`--max-generations`, else the recipe's).
+    limit: u32,
+    /// The highest generation the archive has a row for.
+    existing: u64,
+    /// Generations in `1..=limit` with a child not finished (never started or
+    /// interrupted): each is run, or resumed, whole in the estimate.
+    to_run: u64,
+    children: u64,
+    /// Genesis and sealed-anchor trials still to run.
+    framework_trials: u64,
+}
+
+fn plan(ws: &Workspace, a: &RunArgs, state: &State) -> Plan {
+    let r = &ws.recipe;
+    let limit = a.max_generations.unwrap_or(r.experiment.max_generations);
+    let children = a
+        .children_per_gen
+        .unwrap_or(r.experiment.children_per_gen)
+        .max(1);
+    let unfinished = |g: u32| {
+        (0..children).any(|i| {
+            let genid = lifecycle::genid(g, i, children);
+            lifecycle::child::next_step(state, &genid) != lifecycle::child::Next::Done
+        })
+    };
+    let to_run = (1..=limit).filter(|g| unfinished(*g)).count() as u64;
+    let existing = state
+        .rows
+        .iter()
+        .filter_map(|r| evolve_archive::event::genid_generation(&r.genid))
+        .max()
+        .unwrap_or(0);
+    let reps = ws.task_set.repetitions as u64;
+    let gate = ws.task_set.split.members(ws.primary_split()).len() as u64;
+    let sealed = ws.task_set.split.sealed.len() as u64 * reps;
+    let anchored = |genid: &str| {
+        state.row(genid).is_some_and(|row| {
+            row.anchors
+                .iter()
+                .any(|x| x.outcome() == Some("benchmark_complete"))
+        })
+    };
+    let row0 = state.row("0");
+    let genesis = if row0.is_some_and(|r| r.evaluation.is_some()) {
+        0
+    } else {
+        gate * reps
+    };
+    let gen0_anchor = if anchored("0") { 0 } else { sealed };
+    // The champion's final anchor: after new generations (a new champion may need one),
+    // or when the current champion has none yet.
+    let unanchored_champion = state.champion.as_ref().is_some_and(|c| !anchored(&c.genid));
+    let final_anchor = if r.evaluator.anchor.final_ && (to_run > 0 || unanchored_champion) {
+        sealed
+    } else {
+        0
+    };
+    Plan {
+        limit,
+        existing,
+        to_run,
+        children: u64::from(children),
+        framework_trials: genesis + gen0_anchor + final_anchor,
+    }
+}
+
 fn dry_run(ws: &Workspace, a: &RunArgs) -> CliResult {
     let r = &ws.recipe;
     if let Ok(sb) = sandbox_for(false) {
         crate::model::note_missing_model(&sb, r, ws.root());
     }
-    let gens = a.max_generations.unwrap_or(r.experiment.max_generations) as u64;
-    let kids = a
-        .children_per_gen
-        .unwrap_or(r.experiment.children_per_gen)
-        .max(1) as u64;
+    let state = read_state(ws);
+    let p = plan(ws, a, &state);
+    let kids = p.children;
     let reps = ws.task_set.repetitions as u64;
     let gate = ws.task_set.split.members(ws.primary_split()).len() as u64;
-    let sealed = ws.task_set.split.sealed.len() as u64;
-    let trials = gens * kids * gate * reps;
-    let anchors = if sealed > 0 {
-        (1 + r.evaluator.anchor.final_ as u64) * sealed * reps
-    } else {
-        0
-    };
-    let state = read_state(ws);
+    let trials = p.to_run * kids * gate * reps;
     let per_trial = state
         .row("0")
         .and_then(|r| r.evaluation.as_ref())
@@ -339,35 +484,56 @@ fn dry_run(ws: &Workspace, a: &RunArgs) -> CliResult {
             let t = e.stamp.get("trials").and_then(Value::as_u64)?;
             (t > 0).then(|| e.cost_usd() / t as f64)
         });
-    let estimate = per_trial.map(|c| c * (trials + gate * reps + anchors) as f64);
+    let estimate = per_trial.map(|c| c * (trials + p.framework_trials) as f64);
     if a.json {
         print_json(&json!({
-            "generations": gens, "children_per_gen": kids, "tasks_per_evaluation": gate, "repetitions": reps,
-            "candidate_trials": trials, "genesis_and_anchor_trials": gate * reps + anchors,
+            "generations": p.to_run, "max_generations": p.limit, "generations_in_workspace": p.existing,
+            "limit_reached": p.to_run == 0,
+            "children_per_gen": kids, "tasks_per_evaluation": gate, "repetitions": reps,
+            "candidate_trials": trials, "genesis_and_anchor_trials": p.framework_trials,
             "cost_per_trial_usd": per_trial, "estimated_cost_usd": estimate,
             "spent_usd": state.spent(), "budget_usd": r.experiment.budget_usd,
         }));
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "pre-flight estimate for {}:",
+        display::text(&ws.root().display().to_string())
+    );
+    if p.to_run == 0 {
+        println!(
+            "  0 more generations: the workspace has {} and runs up to gen {} ({}); \
+             `evolve run {} --max-generations N` runs up to gen N (a total, not N more)",
+            p.existing,
+            p.limit,
+            if a.max_generations.is_some() {
+                "--max-generations"
+            } else {
+                "the recipe's max_generations"
+            },
+            display::text(&ws_word(&a.dir))
+        );
     } else {
-        println!("pre-flight estimate for {}:", ws.root().display());
         println!(
-            "  {gens} generation(s) × {kids} child(ren) × {gate} task(s) × {reps} repetition(s) = {trials} candidate trial(s)"
-        );
-        println!(
-            "  plus {} genesis and sealed-anchor trial(s)",
-            gate * reps + anchors
-        );
-        match (per_trial, estimate) {
-            (Some(p), Some(e)) => println!(
-                "  measured cost per trial ${p:.6} (gen/0): estimated ${e:.4} in evaluations"
-            ),
-            _ => println!("  cost per trial: not measured yet (gen/0 has not been evaluated)"),
-        }
-        println!(
-            "  spent so far ${:.4}; budget ${:.4}",
-            state.spent(),
-            r.experiment.budget_usd
+            "  {} generation(s) to run (the workspace has {}; up to gen {}) × {kids} child(ren) × {gate} task(s) × {reps} repetition(s) = {trials} candidate trial(s)",
+            p.to_run, p.existing, p.limit
         );
     }
+    println!(
+        "  plus {} genesis and sealed-anchor trial(s)",
+        p.framework_trials
+    );
+    match (per_trial, estimate) {
+        (Some(p), Some(e)) => {
+            println!("  measured cost per trial ${p:.6} (gen/0): estimated ${e:.4} in evaluations")
+        }
+        _ => println!("  cost per trial: not measured yet (gen/0 has not been evaluated)"),
+    }
+    println!(
+        "  spent so far ${:.4}; budget ${:.4}",
+        state.spent(),
+        r.experiment.budget_usd
+    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -407,6 +573,10 @@ pub(crate) fn raw_events_at(path: &std::path::Path) -> Vec<Value> {
 }
 
 pub fn status_cmd(a: DirArgs) -> CliResult {
+    within(a.dir.clone(), a, status)
+}
+
+fn status(a: DirArgs) -> CliResult {
     let ws = Workspace::open(&a.dir)?;
     let report = audit(&ws);
     let mut counts = std::collections::BTreeMap::<String, u32>::new();
@@ -420,9 +590,11 @@ pub fn status_cmd(a: DirArgs) -> CliResult {
         .filter_map(|r| evolve_archive::event::genid_generation(&r.genid))
         .max()
         .unwrap_or(0);
+    let limit = ws.recipe.experiment.max_generations;
     if a.json {
         print_json(&json!({
             "experiment": ws.experiment_id, "workspace": ws.root(), "generations": generations,
+            "max_generations": limit, "limit_reached": u64::from(limit) <= generations,
             "by_status": counts, "champion": report.champion, "spent_usd": spent,
             "budget_usd": ws.recipe.experiment.budget_usd, "integrity": report.verdict(), "findings": report.findings.len(),
         }));
@@ -434,8 +606,8 @@ pub fn status_cmd(a: DirArgs) -> CliResult {
         display::text(&ws.root().display().to_string())
     );
     println!(
-        "  generations: {generations} (max {})",
-        ws.recipe.experiment.max_generations
+        "  generations: {}",
+        display::text(&generations_text(generations, limit, &a.dir))
     );
     let list: Vec<String> = counts
         .iter()
@@ -463,6 +635,21 @@ pub fn status_cmd(a: DirArgs) -> CliResult {
     Ok(ExitCode::SUCCESS)
 }
 
+/// How far the workspace is, against the recipe's `max_generations` (`limit`): what
+/// `evolve run` without `--max-generations` will do, and how to go further once it does
+/// nothing more.
+fn generations_text(generations: u64, limit: u32, dir: &Path) -> String {
+    let ws = ws_word(dir);
+    if generations < u64::from(limit) {
+        format!("{generations} of {limit} (`evolve run {ws}` continues up to gen {limit})")
+    } else {
+        format!(
+            "{generations}; the recipe's limit (max_generations {limit}) is reached: \
+             `evolve run {ws} --max-generations N` runs up to gen N"
+        )
+    }
+}
+
 /// Number of changed paths per genid, from generation events.
 fn changes_by_genid(ws: &Workspace) -> std::collections::HashMap<String, usize> {
     raw_events(ws)
@@ -481,6 +668,10 @@ fn changes_by_genid(ws: &Workspace) -> std::collections::HashMap<String, usize> 
 }
 
 pub fn log_cmd(a: DirArgs) -> CliResult {
+    within(a.dir.clone(), a, log)
+}
+
+fn log(a: DirArgs) -> CliResult {
     let ws = Workspace::open(&a.dir)?;
     let report = audit(&ws);
     let changes = changes_by_genid(&ws);
@@ -533,6 +724,10 @@ pub fn log_cmd(a: DirArgs) -> CliResult {
 }
 
 pub fn show_cmd(a: GenArgs) -> CliResult {
+    within(a.workspace.clone(), a, show)
+}
+
+fn show(a: GenArgs) -> CliResult {
     let ws = Workspace::open(&a.workspace)?;
     let report = audit(&ws);
     let row = report
@@ -680,6 +875,10 @@ fn summarize_body(body: &Value) -> String {
 }
 
 pub fn repair_cmd(a: DirArgs) -> CliResult {
+    within(a.dir.clone(), a, repair)
+}
+
+fn repair(a: DirArgs) -> CliResult {
     let ws = Workspace::open(&a.dir)?;
     let actions = lifecycle::repair::repair(&ws)?;
     if a.json {
@@ -704,6 +903,10 @@ pub fn repair_cmd(a: DirArgs) -> CliResult {
 /// `evolve checkout`: the commit a certified archive row records (never a tag, which
 /// could have been moved) written into a new directory.
 pub fn checkout_cmd(a: CheckoutArgs) -> CliResult {
+    within(a.workspace.clone(), a, checkout)
+}
+
+fn checkout(a: CheckoutArgs) -> CliResult {
     let ws = Workspace::open(&a.workspace)?;
     let report = audit(&ws);
     let genid = if a.genid == "champion" {
@@ -752,6 +955,10 @@ pub fn checkout_cmd(a: CheckoutArgs) -> CliResult {
 }
 
 pub fn retry_cmd(a: GenArgs) -> CliResult {
+    within(a.workspace.clone(), a, retry)
+}
+
+fn retry(a: GenArgs) -> CliResult {
     let ws = Workspace::open(&a.workspace)?;
     let fuel = ws.recipe.operators.values().any(|b| b.fuel.is_some());
     let sb = sandbox_for(fuel)?;
@@ -764,7 +971,11 @@ pub fn retry_cmd(a: GenArgs) -> CliResult {
             driver.retry(&a.genid).await
         })
         .map_err(|e| {
-            let again = format!("evolve retry {} -w {}", a.genid, a.workspace.display());
+            let again = format!(
+                "evolve retry {} -w {}",
+                display::shell(&a.genid),
+                ws_word(&a.workspace)
+            );
             stopped_error(e, watch.stopped_by(), &a.workspace, &again)
         })?;
     if a.json {
@@ -784,6 +995,7 @@ pub struct DemoArgs {
     /// Where to create (or continue) the demo workspace.
     #[arg(default_value = "evolve-demo")]
     pub dir: PathBuf,
+    /// Print the result as JSON on stdout.
     #[arg(long)]
     pub json: bool,
 }
@@ -818,10 +1030,40 @@ pub fn demo_cmd(a: DemoArgs) -> CliResult {
         driver_config: "{}".into(),
     })?;
     if !a.json {
-        let d = a.dir.display();
+        let d = display::text(&ws_word(&a.dir)).into_owned();
         println!(
             "explore it: evolve log {d} | evolve show 1 -w {d} | evolve verify {d} | evolve checkout champion best -w {d}"
         );
     }
     Ok(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hints_get_the_workspace_where_each_command_takes_it() {
+        let dir = Path::new("my ws");
+        let hint = "run `evolve repair`: then `evolve run --quiet` resumes; \
+                    `evolve retry 0`, `evolve show GENID`, `evolve log`";
+        assert_eq!(
+            name_workspace(hint, dir),
+            "run `evolve repair 'my ws'`: then `evolve run 'my ws' --quiet` resumes; \
+             `evolve retry 0 -w 'my ws'`, `evolve show GENID -w 'my ws'`, `evolve log 'my ws'`"
+        );
+        for kept in [
+            "`evolve run other`",
+            "`evolve retry 3 -w other`",
+            "`evolve verify --bundle B`",
+            "`evolve init DIR --recipe RECIPE`",
+            "evolve run outside backticks",
+        ] {
+            assert_eq!(name_workspace(kept, dir), kept);
+        }
+        assert_eq!(
+            name_workspace("`evolve repair`", Path::new(".")),
+            "`evolve repair`"
+        );
+    }
 }

@@ -50,7 +50,7 @@ pub enum Event {
     },
     /// The champion (the best eligible score so far).
     Champion { genid: String, score: f64 },
-    /// What the experiment has spent, of its budget (0 = unlimited).
+    /// What the experiment has spent, of its budget (0 allows no spend).
     BudgetSpent { spent_usd: f64, budget_usd: f64 },
     /// A line of the run's narrative (what `say` prints without a sink).
     Note(String),
