@@ -1243,6 +1243,23 @@ fn a_dead_model_endpoint_stops_run_recipe_check_and_init_before_anything_is_spen
 }
 
 #[test]
+fn a_dead_endpoint_no_operator_calls_does_not_stop_the_run() {
+    // EVOLVE_MODEL_ENDPOINT set for other work, or a model block kept in a recipe whose
+    // mutate no longer calls a model: the probe fails, and the run says so and goes on.
+    let dead = chat::dead_endpoint();
+    let e = Exp::new(&Spec {
+        model: Some(quick_model(&dead)),
+        generations: 1,
+        ..Spec::default()
+    });
+    e.init();
+    let run = e.run_ok(&["run", "ws"]);
+    let t = text(&run);
+    assert!(t.contains("no operator of this recipe calls the model"), "{t}");
+    assert!(t.contains("run complete"), "{t}");
+}
+
+#[test]
 fn a_model_the_operators_call_but_nobody_configured_is_mentioned() {
     // The scripted mutate never imports `model`: nothing to say.
     let plain = Exp::new(&Spec::default());

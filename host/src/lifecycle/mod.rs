@@ -525,11 +525,29 @@ impl Driver {
             return Ok(());
         };
         self.say("checking the model endpoint");
-        client.probe().await.map_err(|e| {
-            RunError::new(format!("{e}; no generation was run")).hint(
-                "fix model.endpoint in the recipe (or EVOLVE_MODEL_ENDPOINT), start the server, or set the key; `evolve recipe check --check RECIPE` probes without running",
-            )
-        })
+        let Err(e) = client.probe().await else {
+            return Ok(());
+        };
+        // A model configured only by the environment (EVOLVE_MODEL_ENDPOINT set for other
+        // work) must not stop a recipe whose operators never call one.
+        let callers = crate::model::stages_calling_model(
+            self.stages.sandbox(),
+            &self.ws.recipe,
+            self.ws.root(),
+        );
+        if callers.is_empty() {
+            self.say(format!(
+                "note: {e}; no operator of this recipe calls the model, so the run goes on"
+            ));
+            return Ok(());
+        }
+        Err(RunError::new(format!(
+            "{e}; {} call(s) it; no generation was run",
+            callers.join(", ")
+        ))
+        .hint(
+            "fix model.endpoint in the recipe (or EVOLVE_MODEL_ENDPOINT), start the server, or set the key; `evolve recipe check --check RECIPE` probes without running",
+        ))
     }
 
     /// The infrastructure failure every fresh child of a generation ended with, if they

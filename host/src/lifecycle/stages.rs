@@ -85,6 +85,11 @@ pub fn stage_seed(experiment_seed: u64, stage: Stage, genid: &str) -> u64 {
 }
 
 impl Stages {
+    /// The sandbox every stage's operator runs in.
+    pub(crate) fn sandbox(&self) -> &Sandbox {
+        &self.sandbox
+    }
+
     pub fn new(sandbox: Arc<Sandbox>, recipe: &Recipe, operators_in_surface: bool) -> Stages {
         Stages {
             sandbox,
