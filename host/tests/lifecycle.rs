@@ -352,10 +352,8 @@ fn no_change_is_no_proposal() {
 fn an_evaluator_edit_in_the_child_tree_is_rejected_by_the_surface_check() {
     // Mutate is busy; meanwhile something else (not the operator: it has no handle on
     // evaluator/) edits the child's evaluator copy. The actual tree diff catches it.
-    let e = one_generation(
-        json!({"action": "climb", "sleep_ms": 1500}),
-        &["target/**", "evaluator/**"],
-    );
+    // (An include of `evaluator/**` is a recipe error, so init refuses it: cli_recipe.rs.)
+    let e = one_generation(json!({"action": "climb", "sleep_ms": 1500}), &["target/**"]);
     let child = e.spawn_run();
     let victim = e.ws.join(format!(
         "runs/worktrees/gen-1/evaluator/tasks/{CANARY}-0/tests/test.sh"
@@ -366,7 +364,7 @@ fn an_evaluator_edit_in_the_child_tree_is_rejected_by_the_surface_check() {
     std::fs::write(&victim, "#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n").unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", text(&out));
-    // `evaluator/**` in the recipe's include cannot override the implicit exclude.
+    // The implicit exclude catches it, whatever the include.
     assert_rejected(&e, "invalid_proposal", "evaluator/tasks");
 }
 

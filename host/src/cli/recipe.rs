@@ -5,7 +5,7 @@ use crate::recipe;
 use crate::sandbox::{self, Sandbox, SandboxConfig};
 use clap::Subcommand;
 use serde_json::json;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Subcommand)]
@@ -27,11 +27,13 @@ pub enum RecipeCommand {
         json: bool,
     },
     /// Check a recipe and report every problem at once (its shape, each operator and
-    /// each operator's configuration, normalized by the operator itself).
+    /// each operator's configuration, normalized by the operator itself, its surface,
+    /// and the target and task set it names), as `evolve init` checks it.
     #[command(
-        after_help = "Examples:\n  evolve recipe check recipes/local_demo.yaml\n  evolve recipe check my_recipe.yaml --json\n\nExit status: 0 valid, 1 problems found, 2 usage errors."
+        after_help = "Examples:\n  evolve recipe check recipes/local_demo.yaml\n  evolve recipe check gepa\n  evolve recipe check my_recipe.yaml --json\n\nExit status: 0 valid, 1 problems found, 2 usage errors."
     )]
     Check {
+        /// A recipe file, or the name of a built-in recipe (`evolve recipe list`).
         path: PathBuf,
         /// Print the normalized recipe (or the problems) as JSON.
         #[arg(long)]
@@ -95,17 +97,42 @@ pub fn run(cmd: RecipeCommand) -> CliResult {
     }
 }
 
+/// The recipe text and the directory its relative paths are taken from, for `spec`: a
+/// file, else a built-in recipe's name, exactly as `evolve init --recipe` resolves it (a
+/// built-in recipe's paths are taken from the current directory).
+fn source(spec: &Path) -> Result<(String, PathBuf), CliError> {
+    if spec.is_file() {
+        let text = std::fs::read_to_string(spec).map_err(|e| {
+            CliError::usage(format!("cannot read the recipe: {e}")).at(spec.display().to_string())
+        })?;
+        return Ok((text, spec.parent().map(PathBuf::from).unwrap_or_default()));
+    }
+    if let Some(r) = spec.to_str().and_then(recipe::builtin) {
+        return Ok((
+            r.text.to_string(),
+            std::env::current_dir().unwrap_or_default(),
+        ));
+    }
+    let known: Vec<&str> = recipe::BUILTIN.iter().map(|r| r.name).collect();
+    let why = match std::fs::metadata(spec) {
+        Ok(_) => "is not a file".to_string(),
+        Err(e) => format!("cannot be read ({e})"),
+    };
+    Err(CliError::usage(format!(
+        "{} {why}, and is no built-in recipe",
+        spec.display()
+    ))
+    .hint(format!("built-in recipes: {}", known.join(", "))))
+}
+
 fn check(path: &PathBuf, json_out: bool, probe: bool) -> CliResult {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        CliError::usage(format!("cannot read the recipe: {e}")).at(path.display().to_string())
-    })?;
+    let (text, base) = source(path)?;
     let sb = Sandbox::new(SandboxConfig {
         cache_dir: sandbox::default_cache_dir(),
         fuel: false,
     })
     .or_else(|_| Sandbox::new(SandboxConfig::default()))
     .map_err(|e| CliError::usage(format!("cannot create the WebAssembly engine: {e:#}")))?;
-    let base = path.parent().map(PathBuf::from).unwrap_or_default();
     let mut checked = runtime()?.block_on(recipe::check(&sb, &text, &base));
     if let Some(r) = &checked.recipe {
         let model = runtime()?.block_on(crate::model::check_recipe_model(&sb, r, &base, probe));
@@ -132,9 +159,11 @@ fn check(path: &PathBuf, json_out: bool, probe: bool) -> CliResult {
             path.display(),
             checked.violations.len()
         );
-        // A violation quotes the recipe's own text.
+        // A violation quotes the recipe's own text (a YAML error adds its line, under it).
         for v in &checked.violations {
-            eprintln!("{}", crate::display::text(&v.to_string()));
+            for line in crate::display::lines(&recipe::render(v)) {
+                eprintln!("{line}");
+            }
         }
     }
     Ok(ExitCode::from(1))

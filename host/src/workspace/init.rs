@@ -22,7 +22,7 @@ use super::layout::{self, Paths};
 use super::{EngineConfig, Result, Workspace, err, key_path, now};
 use crate::builtin;
 use crate::recipe::{self, ComponentFile, Recipe};
-use crate::safe_tree::{self, EntryKind, FileRead, TreeLimits};
+use crate::safe_tree::FileRead;
 use crate::sandbox::{Sandbox, parse_stage};
 use evaluator_harbor::split::{FrozenTaskSet, SplitName, SplitRatios, TaskFiles};
 use evolve_archive::{Archive, ExperimentKey, types};
@@ -76,10 +76,16 @@ fn refuse_uncontainable(engine: &EngineConfig) -> Result<()> {
 
 pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
     refuse_existing(&req.dir)?;
-    let mut shape = recipe::check_shape(&req.recipe_text);
-    if let (Some(recipe), Some(normalized)) = (shape.recipe.as_mut(), shape.normalized.as_mut()) {
-        apply_overrides(req, recipe, normalized);
-    }
+    let shape = match recipe::parse(&req.recipe_text) {
+        Ok(mut value) => {
+            apply_overrides(req, &mut value);
+            recipe::check_value(value)
+        }
+        Err(v) => recipe::Checked {
+            violations: vec![v],
+            ..recipe::Checked::default()
+        },
+    };
     // The sandbox probe starts a real jail (milliseconds): let it run while the operators
     // check their configs. `refuse_uncontainable` then waits for its answer.
     if shape
@@ -91,28 +97,26 @@ pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
             let _ = evaluator_harbor::engine::contain::bubblewrap();
         });
     }
-    // The target and the task set are read while the operators check their configs:
-    // neither depends on the other, and both take milliseconds.
-    let sources = shape
-        .recipe
-        .as_ref()
-        .map(|recipe| Sources::read_in_background(recipe, &req.recipe_base));
-    let checked = recipe::check_operators(sb, shape, &req.recipe_base).await;
-    let (Some(recipe), Some(normalized), Some(sources)) =
-        (checked.recipe, checked.normalized, sources)
-    else {
+    // Everything `recipe check` checks, the target and the task set read meanwhile; every
+    // problem is reported before anything is created.
+    let (checked, sources) = recipe::check_new(sb, shape, &req.recipe_base).await;
+    let (Some(recipe), Some(normalized), Some(target), Some(tasks)) = (
+        checked.recipe,
+        checked.normalized,
+        sources.target,
+        sources.tasks,
+    ) else {
         let lines: Vec<String> = checked
             .violations
             .iter()
-            .map(|v| format!("  {v}"))
+            .map(|v| format!("  {}", recipe::render(v).replace('\n', "\n    ")))
             .collect();
         return Err(err(format!("the recipe is invalid:\n{}", lines.join("\n")))
             .hint("`evolve recipe check RECIPE` lists the same problems"));
     };
-    let sources = sources.join()?;
     // Everything generation 0 holds is read and checked before the destination is touched.
     let mut files = Gen0::default();
-    for f in sources.target {
+    for f in target {
         files.add(
             &format!("{}/{}", layout::TARGET_DIR, f.path),
             f.executable,
@@ -121,7 +125,7 @@ pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
     }
     let engine = EngineConfig::from_recipe(&recipe);
     refuse_uncontainable(&engine)?;
-    let task_set = add_evaluator(&recipe, &engine, sources.tasks, &mut files)?;
+    let task_set = add_evaluator(&recipe, &engine, tasks, &mut files)?;
     add_operators(
         &recipe,
         checked.component_files,
@@ -358,20 +362,29 @@ fn refuse_existing(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn apply_overrides(req: &InitRequest, recipe: &mut Recipe, normalized: &mut Value) {
+/// `--seed` and `--tasks`, applied to the recipe as written, before it is checked: the
+/// checks and generation 0 see what the workspace will use.
+fn apply_overrides(req: &InitRequest, recipe: &mut Value) {
+    let Some(recipe) = recipe.as_object_mut() else {
+        return; // not a mapping: the shape check says so
+    };
     if let Some(seed) = &req.seed {
-        let is_builtin = builtin::seed(seed).is_some();
-        recipe.target.seed = is_builtin.then(|| seed.clone());
-        recipe.target.path = (!is_builtin).then(|| seed.clone());
-        normalized["target"] = if is_builtin {
-            json!({"seed": seed})
+        let key = if builtin::seed(seed).is_some() {
+            "seed"
         } else {
-            json!({"path": seed})
+            "path"
         };
+        recipe.insert("target".into(), json!({ key: seed }));
     }
     if let Some(tasks) = &req.tasks {
-        recipe.evaluator.dataset = tasks.clone();
-        normalized["evaluator"]["dataset"] = json!(tasks);
+        match recipe.get_mut("evaluator").and_then(Value::as_object_mut) {
+            Some(evaluator) => {
+                evaluator.insert("dataset".into(), json!(tasks));
+            }
+            None => {
+                recipe.insert("evaluator".into(), json!({ "dataset": tasks }));
+            }
+        }
     }
 }
 
@@ -444,89 +457,6 @@ impl Gen0 {
     }
 }
 
-/// The user's files generation 0 holds, read off the disk or taken from a built-in seed:
-/// the target's, and the task set's with where it came from.
-struct Sources {
-    target: Vec<FileRead>,
-    tasks: (PathBuf, Vec<FileRead>),
-}
-
-/// [`Sources`] being read on a thread of their own.
-struct Reading(std::thread::JoinHandle<Result<Sources>>);
-
-impl Sources {
-    /// Start reading `recipe`'s target and task set (relative paths taken from `base`).
-    fn read_in_background(recipe: &Recipe, base: &Path) -> Reading {
-        let (target, dataset, base) = (
-            recipe.target.clone(),
-            recipe.evaluator.dataset.clone(),
-            base.to_path_buf(),
-        );
-        Reading(std::thread::spawn(move || {
-            Ok(Sources {
-                target: read_target(&target, &base)?,
-                tasks: read_tasks(&dataset, &base)?,
-            })
-        }))
-    }
-}
-
-impl Reading {
-    fn join(self) -> Result<Sources> {
-        // A panic while reading is re-raised here, as if read on this thread.
-        self.0
-            .join()
-            .unwrap_or_else(|p| std::panic::resume_unwind(p))
-    }
-}
-
-/// The target's files, by their path under `target/`.
-fn read_target(target: &recipe::Target, base: &Path) -> Result<Vec<FileRead>> {
-    if let Some(name) = &target.seed {
-        let seed = builtin::seed(name).ok_or_else(|| {
-            let known: Vec<&str> = builtin::SEEDS.iter().map(|s| s.name).collect();
-            err(format!(
-                "unknown built-in seed `{name}` (target.seed); built-in: {}",
-                known.join(", ")
-            ))
-        })?;
-        return Ok(builtin_files(seed.target));
-    }
-    let Some(path) = &target.path else {
-        return Err(err(
-            "the recipe names no target (target.seed or target.path)",
-        ));
-    };
-    read_user_tree(&resolve(base, path), "target.path")
-}
-
-/// The task set named by `evaluator.dataset` (a built-in one, else a directory), with
-/// where it came from.
-fn read_tasks(dataset: &str, base: &Path) -> Result<(PathBuf, Vec<FileRead>)> {
-    match builtin::seed(dataset) {
-        Some(seed) if !seed.tasks.is_empty() => Ok((
-            PathBuf::from(format!("builtin:{dataset}")),
-            builtin_files(seed.tasks),
-        )),
-        _ => {
-            let dir = resolve(base, dataset);
-            let tasks = read_user_tree(&dir, "evaluator.dataset")?;
-            Ok((dir, tasks))
-        }
-    }
-}
-
-fn builtin_files(files: &[builtin::SeedFile]) -> Vec<FileRead> {
-    files
-        .iter()
-        .map(|f| FileRead {
-            path: f.path.to_string(),
-            executable: f.executable,
-            bytes: f.bytes.to_vec(),
-        })
-        .collect()
-}
-
 /// Put the task set into generation 0 and freeze it, from memory: the digests are
 /// those of the files exactly as they will be checked out under `evaluator/tasks/`
 /// (files only: git keeps no empty directory).
@@ -561,10 +491,7 @@ fn freeze(recipe: &Recipe, origin: &Path, tasks: &[FileRead]) -> Result<FrozenTa
     };
     let set = TaskFiles {
         dir: origin.to_path_buf(),
-        name: layout::TASKS_DIR
-            .rsplit('/')
-            .next()
-            .unwrap_or(layout::TASKS_DIR),
+        name: recipe::TASK_SET_NAME,
         files: tasks
             .iter()
             .map(|f| (f.path.as_str(), f.executable, f.bytes.as_slice()))
@@ -697,7 +624,7 @@ fn install_script(
             format!("builtin:{stage}/{name}"),
         ),
         None => {
-            let path = resolve(base, source);
+            let path = recipe::resolve(base, source);
             let text = std::fs::read_to_string(&path).map_err(|e| {
                 err(format!("{at}.source: cannot read {} ({e})", path.display()))
                     .hint("set config.builtin to a shipped script, or put the script at that path next to the recipe")
@@ -763,44 +690,4 @@ pub fn operator_bytes(
         sha256: evolve_archive::canonical::hex(&op.sha256),
         blob_id: Oid::from_bytes(&op.blob_id).ok(),
     })
-}
-
-fn resolve(base: &Path, p: &str) -> PathBuf {
-    let p = Path::new(p);
-    if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        base.join(p)
-    }
-}
-
-/// Read a user directory for generation 0: regular files only, never following or
-/// copying a symlink (a target must not smuggle a link into the repository). A nested
-/// repository (`.git`, any case) is left out: git cannot store one.
-fn read_user_tree(src: &Path, what: &str) -> Result<Vec<FileRead>> {
-    if !src.is_dir() {
-        return Err(err(format!("{what}: {} is not a directory", src.display())));
-    }
-    let (entries, files) = safe_tree::read_tree(src, TreeLimits::default(), &|name| {
-        name.eq_ignore_ascii_case(".git")
-    })
-    .map_err(|e| err(format!("{what}: {}: {e}", src.display())))?;
-    for entry in entries {
-        match entry.kind {
-            EntryKind::Dir | EntryKind::File { .. } => {}
-            EntryKind::Symlink { target } => {
-                return Err(err(format!(
-                    "{what}: {} is a symlink (to {target}); copy regular files only",
-                    src.join(&entry.path).display()
-                )));
-            }
-            EntryKind::Special => {
-                return Err(err(format!(
-                    "{what}: {} is not a regular file or directory",
-                    src.join(&entry.path).display()
-                )));
-            }
-        }
-    }
-    Ok(files)
 }
