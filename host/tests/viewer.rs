@@ -767,6 +767,14 @@ fn in_chromium_the_tree_has_a_node_per_generation_and_a_click_shows_the_diff() {
         status_bar.as_str().unwrap().contains("local-demo"),
         "{status_bar}"
     );
+    // The demo ran all eight: said as `evolve status` says it, never "8 of 8".
+    assert!(
+        status_bar
+            .as_str()
+            .unwrap()
+            .contains("8 · the recipe's limit (8) is reached"),
+        "{status_bar}"
+    );
     assert_eq!(
         cdp.eval("document.getElementById('integrity').textContent.startsWith('verify ok')"),
         json!(true)

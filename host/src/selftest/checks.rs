@@ -27,8 +27,8 @@ pub fn verify(lab: &Lab, t: &Trial) -> Result<Verified, String> {
     let ok = report["ok"] == true;
     if out.code != Some(if ok { 0 } else { 1 }) {
         return Err(format!(
-            "`evolve verify` exited {:?} with ok = {ok}",
-            out.code
+            "`evolve verify` ended with {} with ok = {ok}",
+            out.exit()
         ));
     }
     let mut kinds: Vec<String> = report["findings"]

@@ -94,6 +94,14 @@ pub struct Out {
 }
 
 impl Out {
+    /// How the command ended, in words: `exit 2`, or `killed by a signal`.
+    pub fn exit(&self) -> String {
+        match self.code {
+            Some(code) => format!("exit {code}"),
+            None => "killed by a signal".into(),
+        }
+    }
+
     /// The output's last lines, for a failure reason.
     pub fn tail(&self) -> String {
         let all = format!("{}{}", self.stdout, self.stderr);
@@ -220,9 +228,9 @@ impl Lab {
         let out = self.run(cwd, args)?;
         if out.code != Some(0) {
             return Err(format!(
-                "`evolve {}` exited {:?}: {}",
+                "`evolve {}` ended with {}: {}",
                 args.join(" "),
-                out.code,
+                out.exit(),
                 out.tail()
             ));
         }

@@ -241,8 +241,8 @@ fn kill_during_mutation(c: &mut Ctx) -> Check {
     let refused = c.lab.run(&t.dir, &["run", "ws"])?;
     if refused.code != Some(2) || !refused.tail().contains("evolve repair") {
         return Err(format!(
-            "a run over an interrupted worktree should refuse (exit 2) and name `evolve repair`; exit {:?}: {}",
-            refused.code,
+            "a run over an interrupted worktree should refuse (exit 2) and name `evolve repair`; it ended with {}: {}",
+            refused.exit(),
             refused.tail()
         ));
     }
@@ -973,8 +973,8 @@ fn writer_refuses(c: &Ctx, t: &Trial) -> Result<(), String> {
         .run(&t.dir, &["run", "ws", "--max-generations", "3", "--quiet"])?;
     if out.code != Some(2) {
         return Err(format!(
-            "`evolve run` on the tampered archive exited {:?}, expected 2: {}",
-            out.code,
+            "`evolve run` on the tampered archive ended with {}, expected exit 2: {}",
+            out.exit(),
             out.tail()
         ));
     }

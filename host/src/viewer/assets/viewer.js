@@ -162,7 +162,12 @@ function renderStatus(s) {
   }
   if (s.genesis) item("gen 0", `score ${fmtScore(s.genesis.score)} · sealed ${fmtScore(s.genesis.sealed_anchor)}`);
   const chips = Object.entries(s.by_status).map(([k, v]) => html("span", { className: "chip" }, value(k), ` ${v}`));
-  item("generations", `${s.generations} of ${s.recipe.max_generations} `, ...chips);
+  // As `evolve status` says it: the workspace's generations against the recipe's limit.
+  const limit = s.recipe.max_generations;
+  const count = s.generations < limit
+    ? `${s.generations} of ${limit} `
+    : `${s.generations} · the recipe's limit (${limit}) is reached `;
+  item("generations", count, ...chips);
   item("budget", `${fmtUsd(s.spent_usd)} of ${fmtUsd(s.budget_usd)}`);
   if (s.in_progress.length) item("building", joined(s.in_progress.map((g) => joined(["gen ", value(g)], "")), ", "));
 
