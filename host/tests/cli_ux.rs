@@ -908,7 +908,12 @@ fn gc_frees_run_data_and_verify_and_export_still_pass() {
 
     e.run_ok(&["verify", "ws"]);
     e.run_ok(&["show", non_champion, "-w", "ws"]);
-    e.run_ok(&["diff", non_champion, "-w", "ws"]);
+    // diff reads only the repository; a gated generation's verdict comes first.
+    let diff = e.run_ok(&["diff", non_champion, "-w", "ws"]);
+    let diff = String::from_utf8_lossy(&diff.stdout);
+    assert!(diff.starts_with("gate: "), "{diff}");
+    let v = e.json(&["diff", non_champion, "-w", "ws", "--json"]);
+    assert!(v["verdict"].is_string() && v["proposed"] == false, "{v:#}");
     e.run_ok(&["export", "evidence", "-w", "ws"]);
     e.run_ok(&["verify", "--bundle", "evidence"]);
     // The workspace still runs: the checkouts come back from the commits.

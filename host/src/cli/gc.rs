@@ -30,8 +30,7 @@ use std::process::ExitCode;
 
 #[derive(Args)]
 #[command(
-    after_help = "Removes runs/checkouts, runs/spare, and the runs/gen-<id> and\nruns/evaluations/*/gen-<id> records of finished generations other than the
-champion and gen 0. Keeps\n.git (tags, refs/evolve/proposed), .evolve (archive, receipts) and everything else\n`evolve verify` and `evolve export` read. Refuses while a run holds the workspace.\n\nExamples:\n  evolve gc ws --dry-run     # what would go, and how many bytes\n  evolve gc ws\n  evolve gc ws --json"
+    after_help = "Removes runs/checkouts, runs/spare, and the runs/gen-<id> and\nruns/evaluations/*/gen-<id> records of finished generations other than the\nchampion and gen 0. Keeps .git (commits, tags, refs/evolve/proposed), .evolve\n(archive, receipts) and everything else `evolve verify` and `evolve export` read.\nRefuses while a run holds the workspace. See docs/cli.md, \"Disk space\".\n\nExamples:\n  evolve gc ws --dry-run     # what would go, and how many bytes\n  evolve gc ws\n  evolve gc ws --json"
 )]
 pub struct GcArgs {
     /// The workspace (default: the current directory).
@@ -40,6 +39,7 @@ pub struct GcArgs {
     /// List what would be removed and the bytes it holds; remove nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Print what was removed and the bytes freed as JSON on stdout.
     #[arg(long)]
     pub json: bool,
 }

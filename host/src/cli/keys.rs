@@ -25,6 +25,7 @@ pub enum KeysCommand {
 
 #[derive(Args)]
 pub struct ListArgs {
+    /// Print the keys as JSON on stdout.
     #[arg(long)]
     pub json: bool,
 }
@@ -37,6 +38,7 @@ pub struct PruneArgs {
     /// Also remove keys that record no workspace (`unknown workspace` in `evolve keys list`).
     #[arg(long)]
     pub include_unknown: bool,
+    /// Print what was removed and kept as JSON on stdout.
     #[arg(long)]
     pub json: bool,
 }
