@@ -1019,6 +1019,16 @@ fn check_surface_patterns(value: &Value) -> Vec<Violation> {
     found
 }
 
+/// The problems of `recipe`'s surface patterns on their own ([`check_surface_patterns`]):
+/// `init` refuses them, and a run of a workspace made before it did stops on them rather
+/// than rejecting every generation.
+pub fn surface_problems(recipe: &Recipe) -> Vec<Violation> {
+    check_surface_patterns(&json!({"surface": {
+        "include": recipe.surface.include,
+        "exclude": recipe.surface.exclude,
+    }}))
+}
+
 /// The leading segments of a glob that hold no glob syntax.
 fn literal_prefix(pattern: &str) -> Vec<&str> {
     pattern
@@ -1036,51 +1046,12 @@ fn check_surface_tree(checked: &Checked, target_files: &[FileRead]) -> Vec<Viola
     let Some(value) = checked.normalized.as_ref().or(checked.raw.as_ref()) else {
         return Vec::new();
     };
-    let strings = |key: &str| -> Vec<String> {
-        value
-            .get("surface")
-            .and_then(|s| s.get(key))
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|p| p.as_str().map(String::from))
-            .collect()
-    };
-    let exclude = strings("exclude");
-    let mut files: Vec<String> = target_files
-        .iter()
-        .map(|f| format!("{TARGET_DIR}/{}", f.path))
-        .collect();
-    for b in bindings(checked) {
-        files.push(format!("operators/{}.wasm", b.stage));
-        if let Some(source) = b.config.get("source").and_then(Value::as_str) {
-            files.push(source.to_string());
-        }
-    }
-    let mut dirs: std::collections::BTreeSet<String> =
-        [TARGET_DIR.to_string(), "operators".to_string()].into();
-    for f in &files {
-        let mut at = f.as_str();
-        while let Some((parent, _)) = at.rsplit_once('/') {
-            dirs.insert(parent.to_string());
-            at = parent;
-        }
-    }
+    let files = changeable_files(checked, target_files);
+    let dirs = directories_of(&files);
+    let exclude = surface_strings(value, "exclude");
     let mut found = Vec::new();
-    for (i, pattern) in strings("include").iter().enumerate() {
-        let Ok(surface) = Globs::new(std::slice::from_ref(pattern), &exclude) else {
-            continue; // reported by check_surface_patterns
-        };
-        if files.iter().any(|f| surface.allows(f)) {
-            continue;
-        }
-        let segments: Vec<&str> = pattern.split('/').collect();
-        let literal = literal_prefix(pattern).len();
-        let below_a_dir = (1..=literal)
-            .rev()
-            .find(|n| dirs.contains(&segments[..*n].join("/")))
-            .is_some_and(|n| segments.len() > n);
-        if !below_a_dir {
+    for (i, pattern) in surface_strings(value, "include").iter().enumerate() {
+        if !can_allow_a_change(pattern, &exclude, &files, &dirs) {
             found.push(Violation::new(
                 format!("surface.include[{i}]"),
                 format!(
@@ -1090,6 +1061,73 @@ fn check_surface_tree(checked: &Checked, target_files: &[FileRead]) -> Vec<Viola
         }
     }
     found
+}
+
+/// The strings of `surface.<key>` (a pattern of another type is reported by the shape).
+fn surface_strings(value: &Value, key: &str) -> Vec<String> {
+    value
+        .get("surface")
+        .and_then(|s| s.get(key))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p.as_str().map(String::from))
+        .collect()
+}
+
+/// The files of generation 0 a candidate may change, by workspace path: the target's,
+/// each bound stage's component and each script binding's script.
+fn changeable_files(checked: &Checked, target_files: &[FileRead]) -> Vec<String> {
+    let mut files: Vec<String> = target_files
+        .iter()
+        .map(|f| format!("{TARGET_DIR}/{}", f.path))
+        .collect();
+    for b in bindings(checked) {
+        files.push(crate::workspace::layout::component_path(&b.stage));
+        if let Some(source) = b.config.get("source").and_then(Value::as_str) {
+            files.push(source.to_string());
+        }
+    }
+    files
+}
+
+/// The directories a candidate writes in: `target/`, `operators/` and every directory
+/// holding one of `files` (git keeps no empty one).
+fn directories_of(files: &[String]) -> std::collections::BTreeSet<String> {
+    let mut dirs: std::collections::BTreeSet<String> =
+        [TARGET_DIR, crate::workspace::layout::OPERATORS_DIR]
+            .map(String::from)
+            .into();
+    for f in files {
+        let mut at = f.as_str();
+        while let Some((parent, _)) = at.rsplit_once('/') {
+            dirs.insert(parent.to_string());
+            at = parent;
+        }
+    }
+    dirs
+}
+
+/// Whether the include `pattern` (with the recipe's `exclude`) allows one of `files`,
+/// or names a path below one of `dirs`, which a candidate could create.
+fn can_allow_a_change(
+    pattern: &str,
+    exclude: &[String],
+    files: &[String],
+    dirs: &std::collections::BTreeSet<String>,
+) -> bool {
+    let Ok(surface) = Globs::new(&[pattern.to_string()], exclude) else {
+        return true; // not a glob: check_surface_patterns reports it
+    };
+    if files.iter().any(|f| surface.allows(f)) {
+        return true;
+    }
+    // The deepest directory the pattern names literally, and whether it goes below it.
+    let segments: Vec<&str> = pattern.split('/').collect();
+    (1..=literal_prefix(pattern).len())
+        .rev()
+        .find(|n| dirs.contains(&segments[..*n].join("/")))
+        .is_some_and(|n| segments.len() > n)
 }
 
 /// Check a new recipe completely, as `recipe check` and `init` do: its shape, every
@@ -1281,6 +1319,8 @@ evaluator: {dataset: d, engine: podman, splits: {train: 0.9}}
         let found = check_surface_patterns(c.normalized.as_ref().unwrap());
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].path, "surface.include[0]");
+        // What a run of such a workspace stops on.
+        assert_eq!(surface_problems(c.recipe.as_ref().unwrap()), found);
     }
 
     #[test]

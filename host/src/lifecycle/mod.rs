@@ -1264,6 +1264,12 @@ fn genid_of_log(log: &str) -> Option<String> {
 
 /// The surface of a recipe.
 pub fn surface_of(recipe: &Recipe) -> Result<Surface> {
+    // `init` refuses an include that could allow no change; a workspace made before it
+    // did would reject every generation, so the run stops on it instead.
+    if let Some(v) = crate::recipe::surface_problems(recipe).first() {
+        return Err(RunError::new(format!("gen/0's recipe: {v}"))
+            .hint("this workspace's surface can allow no change: make a new one from a corrected recipe (`evolve recipe check`)"));
+    }
     Surface::new(&recipe.surface.include, &recipe.surface.exclude)
         .map_err(|e| RunError::new(format!("surface: {e}")))
 }
