@@ -919,4 +919,14 @@ fn gc_frees_run_data_and_verify_and_export_still_pass() {
     // The workspace still runs: the checkouts come back from the commits.
     e.run_ok(&["run", "ws", "--max-generations", "4", "--quiet"]);
     e.run_ok(&["verify", "ws"]);
+
+    // A workspace that does not verify keeps every record.
+    let archive = e.ws.join(".evolve/archive.jsonl");
+    let text_of = std::fs::read_to_string(&archive).unwrap();
+    std::fs::write(&archive, text_of.replacen("\"score\":", "\"score\":9", 1)).unwrap();
+    let before = disk_use(&runs);
+    let out = e.evolve(&["gc", "ws"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(stderr(&out).contains("does not verify"), "{}", text(&out));
+    assert_eq!(disk_use(&runs), before);
 }

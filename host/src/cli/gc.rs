@@ -14,7 +14,8 @@
 //! Kept: the champion's and the seed's records, every generation that a run would still resume (its
 //! trials are reused), anything under `runs/` the archive does not know, and
 //! `runs/worktrees/` (`evolve repair` decides about those). The run lock is held
-//! throughout, so no run can start meanwhile, and gc refuses while one holds it.
+//! throughout, so no run can start meanwhile, and gc refuses while one holds it, or
+//! when the workspace does not verify.
 
 use super::{CliError, CliResult, print_json};
 use crate::display;
@@ -121,7 +122,18 @@ fn lock_error(ws: &Workspace, e: LockError) -> CliError {
 
 /// What gc removes, from the archive's certified rows.
 fn plan(ws: &Workspace) -> Result<Vec<Doomed>, CliError> {
-    let report = super::verify::Evidence::of_workspace(ws).audit();
+    let (report, repository) = super::verify::Evidence::of_workspace(ws).verify();
+    // A workspace that does not verify (a crash's torn tail, tampering) keeps every
+    // record: which generations are finished is not known for sure, and the run data
+    // may be what explains the findings.
+    let findings = report.findings.len() + repository.len();
+    if findings > 0 {
+        return Err(CliError::usage(format!(
+            "the workspace does not verify ({findings} finding(s)); gc removes nothing from it"
+        ))
+        .at(ws.root().display().to_string())
+        .hint("`evolve verify` lists the findings; after a crash, `evolve repair` first"));
+    }
     let champion = report.champion.as_ref().map(|c| c.genid.clone());
     let state = State {
         rows: report.rows,
