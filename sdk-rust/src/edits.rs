@@ -34,17 +34,9 @@ pub const REPLACE_CLOSE: &str = ">>>>>>> REPLACE";
 pub const WRITE_CLOSE: &str = ">>>>>>> END";
 pub const DONE: &str = "DONE";
 
-/// The framework-owned paths no surface can open (as the host's surface check has them).
-pub const IMPLICIT_EXCLUDES: [&str; 8] = [
-    "evaluator/**",
-    "keys/**",
-    "recipe.yaml",
-    ".gitignore",
-    ".evolve/**",
-    "runs/**",
-    "operators/manifest.json",
-    ".git/**",
-];
+/// The framework-owned paths no surface can open: the one list the host's surface
+/// check also uses (`evolve-framework-paths`).
+pub use evolve_framework_paths::IMPLICIT_EXCLUDES;
 
 /// How the model is told to write edits (part of every system prompt).
 pub const FORMAT: &str = "\
@@ -688,6 +680,32 @@ pub fn cut(s: &str, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The parser refuses every path of the shared list (the one the host's surface
+    /// check uses), under a policy that would otherwise allow it: an entry added to
+    /// `evolve-framework-paths` and missing here fails this test.
+    #[test]
+    fn every_shared_implicit_exclude_is_refused() {
+        for glob in evolve_framework_paths::IMPLICIT_EXCLUDES {
+            let path = glob.replace("**", "x/y").replace('*', "x");
+            let root = path.split('/').next().unwrap_or_default().to_string();
+            // A one-segment path (`recipe.yaml`) is outside every editable root anyway,
+            // and `.git` is refused as a nested repository before the list is read.
+            if !path.contains('/') || root == ".git" {
+                assert!(check_path(&path, &policy(&["**"], &[])).is_err(), "{path}");
+                continue;
+            }
+            let everything = Policy {
+                roots: vec![root],
+                ..policy(&["**"], &[])
+            };
+            assert_eq!(
+                check_path(&path, &everything),
+                Err(format!("framework-owned (`{glob}`)")),
+                "{path}"
+            );
+        }
+    }
 
     fn policy(includes: &[&str], excludes: &[&str]) -> Policy {
         Policy {

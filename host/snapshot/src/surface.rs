@@ -46,17 +46,10 @@ enum Segment {
 }
 
 impl Surface {
-    /// Framework-owned paths no include can reach.
-    pub const IMPLICIT_EXCLUDES: &'static [&'static str] = &[
-        "evaluator/**",
-        "keys/**",
-        "recipe.yaml",
-        ".gitignore",
-        ".evolve/**",
-        "runs/**",
-        "operators/manifest.json",
-        ".git/**",
-    ];
+    /// Framework-owned paths no include can reach: the one list the guest SDK's edit
+    /// parser also checks (`evolve-framework-paths`).
+    pub const IMPLICIT_EXCLUDES: &'static [&'static str] =
+        evolve_framework_paths::IMPLICIT_EXCLUDES;
 
     /// Compile the globs; a bad one is [`Error::InvalidGlob`] naming it. An
     /// empty include list allows nothing.
@@ -331,6 +324,36 @@ fn has_dotgit(path: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A path each glob of the list matches: `**` and `*` filled in.
+    fn example(glob: &str) -> String {
+        glob.replace("**", "x/y").replace('*', "x")
+    }
+
+    /// The check uses the shared list itself, not a copy: every path of it stays
+    /// framework-owned even under a surface that includes everything, so an entry added
+    /// to `evolve-framework-paths` and missing here fails this test.
+    #[test]
+    fn every_shared_implicit_exclude_is_framework_owned() {
+        assert_eq!(
+            Surface::IMPLICIT_EXCLUDES,
+            evolve_framework_paths::IMPLICIT_EXCLUDES
+        );
+        let s = Surface::new(&["**".into()], &[]).unwrap();
+        for glob in evolve_framework_paths::IMPLICIT_EXCLUDES {
+            let path = example(glob);
+            let reason = s
+                .deny_reason(&path)
+                .unwrap_or_else(|| panic!("{path} allowed"));
+            // `.git` is refused as a nested repository before the list is consulted.
+            if !glob.starts_with(".git/") {
+                assert_eq!(reason, format!("framework-owned (implicit exclude {glob})"));
+            }
+            if let Some(dir) = glob.strip_suffix("/**") {
+                assert!(!s.allows(dir), "{dir} itself must stay framework-owned");
+            }
+        }
+    }
 
     #[test]
     fn literal_prefixes_mark_directories() {
