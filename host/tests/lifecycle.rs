@@ -1218,7 +1218,11 @@ fn a_dead_model_endpoint_stops_run_recipe_check_and_init_before_anything_is_spen
         "{}",
         text(&check)
     );
-    assert!(text(&check).contains("connection refused"), "{}", text(&check));
+    assert!(
+        text(&check).contains("connection refused"),
+        "{}",
+        text(&check)
+    );
     let init = e
         .evolve(&["init", "ws", "--recipe", "recipe.yaml", "--check"])
         .output()
@@ -1235,9 +1239,16 @@ fn a_dead_model_endpoint_stops_run_recipe_check_and_init_before_anything_is_spen
         t.contains("model.endpoint") && t.contains(&dead) && t.contains("unreachable"),
         "{t}"
     );
-    assert!(t.contains("no generation was run") && !t.contains("run complete"), "{t}");
+    assert!(
+        t.contains("no generation was run") && !t.contains("run complete"),
+        "{t}"
+    );
     let types: Vec<Value> = e.events().iter().map(|e| e["type"].clone()).collect();
-    assert_eq!(types, [json!("genesis"), json!("generation")], "nothing was evaluated");
+    assert_eq!(
+        types,
+        [json!("genesis"), json!("generation")],
+        "nothing was evaluated"
+    );
 }
 
 #[test]
@@ -1253,7 +1264,10 @@ fn a_dead_endpoint_no_operator_calls_does_not_stop_the_run() {
     e.init();
     let run = e.run_ok(&["run", "ws"]);
     let t = text(&run);
-    assert!(t.contains("no operator of this recipe calls the model"), "{t}");
+    assert!(
+        t.contains("no operator of this recipe calls the model"),
+        "{t}"
+    );
     assert!(t.contains("run complete"), "{t}");
 }
 
@@ -1280,21 +1294,34 @@ fn a_model_the_operators_call_but_nobody_configured_is_mentioned() {
         .output()
         .unwrap();
     assert_eq!(strict.status.code(), Some(1), "{}", text(&strict));
-    assert!(text(&strict).contains("none is configured"), "{}", text(&strict));
+    assert!(
+        text(&strict).contains("none is configured"),
+        "{}",
+        text(&strict)
+    );
     let init = e.run_ok(&["init", "ws", "--recipe", "recipe.yaml"]);
-    assert!(text(&init).contains("none is configured"), "{}", text(&init));
+    assert!(
+        text(&init).contains("none is configured"),
+        "{}",
+        text(&init)
+    );
     let dry = e.run_ok(&["run", "ws", "--dry-run"]);
     assert!(text(&dry).contains("none is configured"), "{}", text(&dry));
     // An empty block: both missing settings in one report.
     let recipe = std::fs::read_to_string(e.root().join("recipe.yaml")).unwrap();
-    std::fs::write(e.root().join("empty.yaml"), format!("{recipe}model: {{}}\n")).unwrap();
+    std::fs::write(
+        e.root().join("empty.yaml"),
+        format!("{recipe}model: {{}}\n"),
+    )
+    .unwrap();
     let empty = e
         .evolve(&["recipe", "check", "empty.yaml"])
         .output()
         .unwrap();
     assert_eq!(empty.status.code(), Some(1), "{}", text(&empty));
     assert!(
-        text(&empty).contains("model.endpoint: not set") && text(&empty).contains("model.model: not set"),
+        text(&empty).contains("model.endpoint: not set")
+            && text(&empty).contains("model.model: not set"),
         "{}",
         text(&empty)
     );
@@ -1340,8 +1367,8 @@ fn a_reservation_a_killed_run_left_in_flight_counts_as_spent_after_resume() {
     });
     e.init();
     // What `kill -9` during a model call of gen 1's mutate leaves: its reservation,
-    // synced before the request, and no settlement. A settled call beside it is not
-    // charged again (its spend went with its stage).
+    // synced before the request, and no settlement; beside it a call that was answered
+    // but whose stage's event (which would have listed it) was never appended.
     let ws = std::fs::canonicalize(&e.ws).unwrap();
     let log = ws.join("runs/gen-1/mutate/model").display().to_string();
     let ledger = ws.join(".evolve/model-reservations.jsonl");
@@ -1358,7 +1385,7 @@ fn a_reservation_a_killed_run_left_in_flight_counts_as_spent_after_resume() {
     e.run_ok(&["run", "ws", "--quiet"]);
     let status = e.json(&["status", "ws", "--json"]);
     let spent = status["spent_usd"].as_f64().unwrap();
-    assert!((spent - 0.25).abs() < 1e-9, "{status}");
+    assert!((spent - 0.255).abs() < 1e-9, "{status}");
     let repairs: Vec<Value> = e
         .events()
         .into_iter()
@@ -1366,7 +1393,7 @@ fn a_reservation_a_killed_run_left_in_flight_counts_as_spent_after_resume() {
         .collect();
     assert_eq!(repairs.len(), 1, "{repairs:#?}");
     assert_eq!(repairs[0]["genid"], "1");
-    assert_eq!(repairs[0]["body"]["model_calls"], json!(["9-a-2"]));
+    assert_eq!(repairs[0]["body"]["model_calls"], json!(["9-a-1", "9-a-2"]));
     assert!(!ledger.exists(), "the ledger is emptied once archived");
     // Charged once: a later run adds nothing.
     e.run_ok(&["run", "ws", "--quiet", "--max-generations", "2"]);
@@ -1376,5 +1403,126 @@ fn a_reservation_a_killed_run_left_in_flight_counts_as_spent_after_resume() {
         .filter(|x| x["type"] == "repair" && x["body"]["model_calls"].is_array())
         .collect();
     assert_eq!(again.len(), 1);
+    e.run_ok(&["verify", "ws"]);
+}
+
+/// A mutate script that makes two priced model calls, then edits the target.
+const TWO_CALLS: &str = r#"
+fn mutate(ctx, observation) {
+    for n in ["first", "second"] {
+        let r = model_chat("the " + n + " call", #{max_tokens: 1000});
+        if r.error != () { throw r.error }
+    }
+    target_write("value.txt", "0.9\n");
+    #{notes: ["asked twice"]}
+}
+"#;
+
+/// The ledger's lines (`model::ledger`).
+fn ledger_lines(e: &Exp) -> Vec<Value> {
+    std::fs::read_to_string(e.ws.join(".evolve/model-reservations.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_run_killed_between_two_model_calls_of_mutate_is_charged_both_once_on_resume() {
+    let (url, calls) = chat::chat_server_holding("0.9", 2);
+    let e = Exp::new(&Spec {
+        generations: 1,
+        budget_usd: 1.0,
+        mutate: json!({}),
+        model: Some(format!(
+            "{{endpoint: \"{url}\", model: test-model, api_key_env: EVOLVE_TEST_NO_KEY, max_retries: 0, timeout_s: 120, prices: {{input_per_mtok_usd: 1, output_per_mtok_usd: 1}}}}"
+        )),
+        ..Spec::default()
+    });
+    let path = e.root().join("recipe.yaml");
+    let binding = format!(
+        "{{operator: {}, timeout_s: 60, config: {{}}}}",
+        component("scripted_mutate").display()
+    );
+    let recipe = std::fs::read_to_string(&path).unwrap().replace(
+        &binding,
+        "{operator: script, timeout_s: 180, config: {source: operators/mutate/two_calls.rhai}}",
+    );
+    std::fs::write(&path, recipe).unwrap();
+    std::fs::create_dir_all(e.root().join("operators/mutate")).unwrap();
+    std::fs::write(e.root().join("operators/mutate/two_calls.rhai"), TWO_CALLS).unwrap();
+    e.init();
+
+    // The first call is answered ($0.0015) and settled; the server holds the second.
+    let child = e.spawn_run();
+    wait_for(240, "mutate's second model call", || {
+        calls.load(std::sync::atomic::Ordering::SeqCst) >= 2
+    });
+    ws::kill9(child);
+    let lines = ledger_lines(&e);
+    assert_eq!(lines.len(), 3, "reserve, settle, reserve: {lines:#?}");
+    let (first, second) = (&lines[0]["reserve"], &lines[2]["reserve"]);
+    assert_eq!(lines[1]["settle"], *first, "{lines:#?}");
+    let answered = lines[1]["usd"].as_f64().unwrap();
+    assert!((answered - 0.0015).abs() < 1e-12, "{lines:#?}");
+    let worst = lines[2]["usd"].as_f64().unwrap();
+    assert!(worst > 0.001, "the second call's worst case: {lines:#?}");
+    assert!(
+        !e.events()
+            .iter()
+            .any(|x| x["genid"] == "1" && x["body"]["cost_usd"].is_number()),
+        "killed before gen 1's stage archived its cost"
+    );
+
+    // Resume (after `evolve repair` removes the killed child's worktree): both calls are
+    // charged, the answered one at its charge, the one in flight at its worst case; gen
+    // 1 runs again and its two new calls go with its event.
+    e.run_ok(&["repair", "ws"]);
+    e.run_ok(&["run", "ws", "--quiet"]);
+    let events = e.events();
+    let repairs: Vec<&Value> = events
+        .iter()
+        .filter(|x| x["type"] == "repair" && x["body"]["model_calls"].is_array())
+        .collect();
+    assert_eq!(repairs.len(), 1, "{repairs:#?}");
+    let repair = &repairs[0];
+    assert_eq!(repair["genid"], "1");
+    assert_eq!(repair["body"]["model_calls"], json!([first, second]));
+    assert_eq!(repair["body"]["answered"], 1);
+    assert_eq!(repair["body"]["in_flight"], 1);
+    let charged = repair["body"]["cost_usd"].as_f64().unwrap();
+    assert!((charged - (answered + worst)).abs() < 1e-12, "{repair:#}");
+    let generation = events
+        .iter()
+        .find(|x| x["type"] == "generation" && x["genid"] == "1")
+        .expect("gen 1 committed on resume");
+    assert_eq!(
+        generation["body"]["model_calls"].as_array().unwrap().len(),
+        2
+    );
+    let rerun = generation["body"]["cost_usd"].as_f64().unwrap();
+    assert!((rerun - 0.003).abs() < 1e-12, "{generation:#}");
+    let spent = || {
+        e.json(&["status", "ws", "--json"])["spent_usd"]
+            .as_f64()
+            .unwrap()
+    };
+    let after_resume = spent();
+    assert!(
+        (after_resume - (answered + worst + rerun)).abs() < 1e-9,
+        "{after_resume} = {answered} + {worst} + {rerun}"
+    );
+
+    // A second resume charges nothing again: not the repaired calls, and not the
+    // resumed run's calls, which its generation event listed.
+    e.run_ok(&["run", "ws", "--quiet"]);
+    assert!((spent() - after_resume).abs() < 1e-12);
+    let again = e
+        .events()
+        .into_iter()
+        .filter(|x| x["type"] == "repair" && x["body"]["model_calls"].is_array())
+        .count();
+    assert_eq!(again, 1);
+    assert!(ledger_lines(&e).is_empty(), "the ledger is emptied at open");
     e.run_ok(&["verify", "ws"]);
 }

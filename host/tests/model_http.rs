@@ -1000,13 +1000,23 @@ async fn a_call_in_flight_is_reserved_in_the_ledger_before_it_is_sent() {
     while server.requests().is_empty() && started.elapsed() < Duration::from_secs(5) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let open = ledger::unsettled(&path).unwrap();
+    let open = ledger::calls(&path).unwrap();
     assert_eq!(open.len(), 1, "{open:?}");
-    assert!(close(open[0].usd, worst), "{open:?}");
+    assert!(close(open[0].reserved_usd, worst), "{open:?}");
+    assert_eq!(open[0].settled_usd, None, "{open:?}");
     assert!(open[0].log.ends_with("gen-1/mutate/model"), "{open:?}");
-    // Once the call ends (here: timed out, charged its worst case) it is settled.
+    assert!(
+        scope.bill().calls.is_empty(),
+        "nothing to bill while in flight"
+    );
+    // Once the call ends (here: timed out, charged its worst case) it is settled, and
+    // the scope's bill lists it for the event that archives the stage's cost.
     assert!(call.await.unwrap().is_err());
-    assert!(ledger::unsettled(&path).unwrap().is_empty());
+    let ended = ledger::calls(&path).unwrap();
+    assert!(close(ended[0].settled_usd.unwrap(), worst), "{ended:?}");
+    let bill = scope.bill();
+    assert_eq!(bill.calls, [open[0].id.clone()]);
+    assert!(close(bill.usd, worst), "{bill:?}");
     // A free model writes nothing.
     let free = ModelClient::with_api_key(config(server.endpoint()), None).unwrap();
     let free_path = dir.path().join("free.jsonl");

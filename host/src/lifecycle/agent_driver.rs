@@ -28,6 +28,7 @@ use super::evaluate::EvalRequest;
 use super::stages::write_json;
 use super::{Driver, Result, RunError, State, fmt_score};
 use crate::builtin;
+use crate::model::Bill;
 use crate::recipe;
 use crate::sandbox::types::{DriverFeedback, Stage};
 use crate::sandbox::{
@@ -495,7 +496,7 @@ impl Driver {
     }
 
     /// One sandboxed call: scratch only, the metered model. Returns the checked outcome
-    /// and what the call spent.
+    /// and what the call's model calls were charged.
     async fn call_driver(
         &self,
         agent: &AgentDriver,
@@ -503,7 +504,7 @@ impl Driver {
         fb: DriverFeedback,
         dir: &Path,
         after: u32,
-    ) -> Result<(Outcome, f64)> {
+    ) -> Result<(Outcome, Bill)> {
         let _ = std::fs::remove_dir_all(dir);
         let scratch = dir.join("scratch");
         std::fs::create_dir_all(&scratch)
@@ -534,7 +535,7 @@ impl Driver {
             )
             .await;
         let _ = report.write_logs(dir, "operator");
-        let spent = meter.map_or(0.0, |m| m.spent_usd());
+        let spent = meter.map(|m| m.bill()).unwrap_or_default();
         let outcome = match report.outcome {
             Ok(StageOutput::Revision(None)) => Outcome::Kept,
             Ok(StageOutput::Revision(Some(r))) => {
@@ -606,14 +607,15 @@ impl Driver {
         history: &RecipeHistory,
         after: u32,
         outcome: Outcome,
-        spent: f64,
+        spent: Bill,
     ) -> Result<()> {
         let previous = history.active().sha256.clone();
         let mut body = Map::new();
         body.insert("after_generation".into(), json!(after));
         body.insert("driver".into(), agent.identity());
         body.insert("previous_recipe_sha256".into(), json!(previous));
-        body.insert("cost_usd".into(), json!(spent));
+        body.insert("cost_usd".into(), json!(spent.usd));
+        spent.list_calls(&mut body);
         let line = match &outcome {
             Outcome::Accepted(a, why) => {
                 body.insert("outcome".into(), json!("accepted"));

@@ -198,6 +198,33 @@ impl Meter {
             .sum();
         tasks + models
     }
+
+    /// Charge what the stages spent to an archive event: `cost_usd`, and the ledger
+    /// ids of the model calls it includes (`model::ledger`: a call the archive lists is
+    /// never charged again; one it does not list is charged when the next run opens).
+    pub(crate) fn charge(&self, body: &mut Map<String, Value>) {
+        let mut bill = crate::model::Bill::default();
+        for m in self.models.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            bill.add(m.bill());
+        }
+        let tasks: f64 = self
+            .tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|t| t.spent_usd())
+            .sum();
+        body.insert("cost_usd".into(), json!(tasks + bill.usd));
+        bill.list_calls(body);
+    }
+
+    /// [`Meter::charge`]'s keys, unless the stages spent nothing and made no priced call.
+    fn charged(&self) -> Option<Map<String, Value>> {
+        let mut body = Map::new();
+        self.charge(&mut body);
+        let spent = body.get("cost_usd").and_then(Value::as_f64).unwrap_or(0.0);
+        (spent > 0.0 || body.contains_key(crate::model::ledger::MODEL_CALLS_KEY)).then_some(body)
+    }
 }
 
 impl Driver {
@@ -247,7 +274,7 @@ impl Driver {
         let mut body = status_body(status, Some(stage), &reason, Some(&a.parent));
         body.extend(extra);
         // What the attempt's stages spent is charged even though it stopped early.
-        body.insert("cost_usd".into(), json!(a.meter.spent()));
+        a.meter.charge(&mut body);
         // The operators (and scripts) that ran, up to the stage that stopped the child.
         let upto = crate::sandbox::parse_stage(stage).unwrap_or(Stage::Mutate);
         body.insert(
@@ -575,7 +602,7 @@ impl Driver {
         );
         // Metered spend of this generation's stage calls (the host meters model calls and
         // train trials; an operator's own usage figure is kept only as a claim).
-        body.insert("cost_usd".into(), json!(a.meter.spent()));
+        a.meter.charge(&mut body);
         // The operator identity (component and script digests) of every call it made.
         body.insert(
             "operators".into(),
@@ -920,6 +947,17 @@ impl Driver {
         self.append(types::RECORD, Some(genid), body)
     }
 
+    /// Archive what a stage that ends with no event of its own spent, as a `repair`
+    /// note, unless it spent nothing.
+    fn archive_spend(&self, genid: &str, stage: &str, meter: &Meter) -> Result<()> {
+        let Some(mut body) = meter.charged() else {
+            return Ok(());
+        };
+        body.insert("what".into(), json!(format!("what {stage} spent")));
+        body.insert("stage".into(), json!(stage));
+        self.append(types::REPAIR, Some(genid), body)
+    }
+
     /// Reflect, loaded from the workspace head (`gen/0`'s commit: the branch never moves
     /// for children) in its shared read-only checkout; best effort (a failure is logged
     /// only).
@@ -961,10 +999,15 @@ impl Driver {
                 json!({"playbook_entries": state.playbook.len()}),
             )
             .await;
+        if !matches!(out, Ok(StageOutput::Playbook(_))) {
+            // No playbook event to carry what reflect's model calls cost.
+            self.archive_spend(genid, "reflect", &meter)?;
+        }
         match out {
             Ok(out @ StageOutput::Playbook(_)) => {
                 let mut body = Map::new();
                 body.insert("ops".into(), out.to_json());
+                body.extend(meter.charged().unwrap_or_default());
                 self.append("playbook", Some(genid), body)
             }
             Ok(_) => Ok(()),

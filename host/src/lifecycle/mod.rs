@@ -566,7 +566,10 @@ impl Driver {
         }
         let all = |status: &str| rows.iter().all(|r| r.status.as_deref() == Some(status));
         if all("infrastructure_failed") {
-            let last = rows.last().and_then(|r| r.reason.clone()).unwrap_or_default();
+            let last = rows
+                .last()
+                .and_then(|r| r.reason.clone())
+                .unwrap_or_default();
             return Some(InfraFailure {
                 kind: "evaluation".into(),
                 what: format!("every evaluation ended `infrastructure_failed` (the last: {last})"),
@@ -1197,54 +1200,90 @@ fn model_ledger_path(ws: &Workspace) -> std::path::PathBuf {
     ws.paths.state().join(crate::model::ledger::LEDGER_FILE)
 }
 
-/// Charge what a killed run's model calls in flight reserved: each reservation the
-/// ledger holds unsettled becomes spend, archived in one `repair` event that names the
-/// calls (so a second open after a crash here does not charge them twice), and the
-/// ledger is emptied. Runs under the run lock, before any call of this run.
+/// Charge the model calls a killed run made that no archive event billed (the events
+/// closing their stages list the calls they charged, `model::ledger`): an answered call
+/// at what it was charged, a call in flight at its reserved worst case. They are
+/// archived in `repair` events that list them in turn (so a second open after a crash
+/// here does not charge them twice), and the ledger is emptied. Runs under the run
+/// lock, before any call of this run.
 fn reconcile_model_spend(ws: &Workspace, archive: &mut Archive) -> Result<()> {
     use crate::model::ledger;
     let path = model_ledger_path(ws);
-    let unsettled = ledger::unsettled(&path).map_err(|e| {
-        RunError::new(format!("cannot read the model spend ledger {}: {e}", path.display()))
+    let calls = ledger::calls(&path).map_err(|e| {
+        RunError::new(format!(
+            "cannot read the model spend ledger {}: {e}",
+            path.display()
+        ))
     })?;
-    let archived: std::collections::HashSet<String> = archive
-        .events_of_type_from(types::REPAIR, 0)
-        .iter()
-        .filter(|e| e.certified)
-        .filter_map(|e| e.event.body.get("model_calls").and_then(Value::as_array).cloned())
-        .flatten()
-        .filter_map(|v| v.as_str().map(str::to_string))
-        .collect();
-    let left: Vec<_> = unsettled
-        .into_iter()
-        .filter(|u| !archived.contains(&u.id))
-        .collect();
+    if calls.is_empty() {
+        return ledger::clear(&path).map_err(|e| ledger_error(&path, e));
+    }
+    let left = ledger::unbilled(calls, &billed_model_calls(archive));
     // One event per generation the calls were made for, so the row's spend (what
     // `evolve status` adds up) includes them; calls of no generation get none.
-    let mut by_genid: std::collections::BTreeMap<Option<String>, Vec<&ledger::Unsettled>> =
+    let mut by_genid: std::collections::BTreeMap<Option<String>, Vec<&ledger::Call>> =
         Default::default();
-    for u in &left {
+    for call in &left {
         by_genid
-            .entry(genid_of_log(&u.log))
+            .entry(genid_of_log(&call.log))
             .or_default()
-            .push(u);
+            .push(call);
     }
     for (genid, calls) in by_genid {
-        let mut body = Map::new();
-        body.insert(
-            "what".into(),
-            json!("model calls in flight when a run was killed, charged their reserved worst case"),
-        );
-        body.insert("model_calls".into(), json!(calls.iter().map(|u| &u.id).collect::<Vec<_>>()));
-        body.insert("logs".into(), json!(calls.iter().map(|u| &u.log).collect::<Vec<_>>()));
-        body.insert("cost_usd".into(), json!(calls.iter().map(|u| u.usd).sum::<f64>()));
         archive
-            .append(types::REPAIR, genid.as_deref(), body, &now())
+            .append(
+                types::REPAIR,
+                genid.as_deref(),
+                unbilled_body(&calls),
+                &now(),
+            )
             .map_err(|e| RunError::new(format!("archive: {e}")))?;
     }
-    ledger::clear(&path).map_err(|e| {
-        RunError::new(format!("cannot empty the model spend ledger {}: {e}", path.display()))
-    })
+    ledger::clear(&path).map_err(|e| ledger_error(&path, e))
+}
+
+fn ledger_error(path: &std::path::Path, e: std::io::Error) -> RunError {
+    RunError::new(format!(
+        "cannot empty the model spend ledger {}: {e}",
+        path.display()
+    ))
+}
+
+/// The ledger ids every certified archive event lists as calls its `cost_usd` includes.
+/// Every event is read, whatever its type: the rule is the key, not the event.
+fn billed_model_calls(archive: &Archive) -> std::collections::HashSet<String> {
+    archive
+        .events()
+        .iter()
+        .filter(|e| e.certified)
+        .filter_map(|e| e.event.body.get(crate::model::ledger::MODEL_CALLS_KEY))
+        .filter_map(Value::as_array)
+        .flatten()
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect()
+}
+
+/// The `repair` event body that charges `calls` of one generation.
+fn unbilled_body(calls: &[&crate::model::ledger::Call]) -> Map<String, Value> {
+    let answered = calls.iter().filter(|c| c.settled_usd.is_some()).count();
+    let logs: std::collections::BTreeSet<&str> = calls.iter().map(|c| c.log.as_str()).collect();
+    let mut body = Map::new();
+    body.insert(
+        "what".into(),
+        json!("model calls of a killed run that no event charged: answered ones at their charge, ones in flight at their reserved worst case"),
+    );
+    body.insert(
+        crate::model::ledger::MODEL_CALLS_KEY.into(),
+        json!(calls.iter().map(|c| &c.id).collect::<Vec<_>>()),
+    );
+    body.insert("answered".into(), json!(answered));
+    body.insert("in_flight".into(), json!(calls.len() - answered));
+    body.insert("logs".into(), json!(logs));
+    body.insert(
+        "cost_usd".into(),
+        json!(calls.iter().map(|c| c.charge()).sum::<f64>()),
+    );
+    body
 }
 
 /// The generation whose stage wrote into `log` (`…/runs/gen-<genid>/…`), if any. Read

@@ -44,6 +44,33 @@ struct State {
     usage: Usage,
     /// Worst cases of calls in flight, held against the budget until they end.
     reserved_usd: f64,
+    /// Spend-ledger ids of the calls that ended, whose charges `usage.usd` holds.
+    billed: Vec<String>,
+}
+
+/// What a scope's ended calls were charged, and their spend-ledger ids. The archive
+/// event whose `cost_usd` includes `usd` lists `calls` under
+/// [`MODEL_CALLS_KEY`](super::ledger::MODEL_CALLS_KEY), so the ledger never charges them
+/// again (`super::ledger`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Bill {
+    pub usd: f64,
+    pub calls: Vec<String>,
+}
+
+impl Bill {
+    pub fn add(&mut self, other: Bill) {
+        self.usd += other.usd;
+        self.calls.extend(other.calls);
+    }
+
+    /// Put the bill's calls into an archive event's body (nothing when there are none,
+    /// as for a free model). The caller writes `cost_usd`, which may include more.
+    pub fn list_calls(&self, body: &mut serde_json::Map<String, Value>) {
+        if !self.calls.is_empty() {
+            body.insert(super::ledger::MODEL_CALLS_KEY.into(), json!(self.calls));
+        }
+    }
 }
 
 /// The [`ModelBackend`] of one stage call, made by [`ModelClient::scope`].
@@ -81,6 +108,15 @@ impl MeteredModel {
 
     pub fn usage(&self) -> Usage {
         self.lock().usage.clone()
+    }
+
+    /// What this scope's ended calls were charged, with their ledger ids, read at once.
+    pub fn bill(&self) -> Bill {
+        let s = self.lock();
+        Bill {
+            usd: s.usage.usd,
+            calls: s.billed.clone(),
+        }
     }
 
     /// The budget this scope was given.
@@ -416,6 +452,7 @@ impl Reservation<'_> {
         self.settled = true;
         if let (Some(ledger), Some(id)) = (self.scope.client.ledger(), &self.ledger_id) {
             ledger.settle(id, usd);
+            self.scope.lock().billed.push(id.clone());
         }
     }
 }

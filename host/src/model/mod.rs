@@ -6,7 +6,8 @@
 //! HTTP client, the endpoint and the key; each stage call gets its own
 //! [`MeteredModel`] from [`ModelClient::scope`], with the budget left and the
 //! directory its `model.jsonl` goes to. The lifecycle reads
-//! [`MeteredModel::spent_usd`] after the stage. See `docs/model.md`.
+//! [`MeteredModel::bill`] after the stage and archives it with the stage's event
+//! ([`ledger`] charges what a killed run never archived). See `docs/model.md`.
 //!
 //! Error texts handed to the operator never carry the endpoint, the key or a header:
 //! transport errors are reduced to their kind, and provider messages go through the
@@ -26,7 +27,7 @@ pub use config::{
 };
 pub use ledger::SpendLedger;
 pub use meter::{
-    LOG_FILE, MeteredModel, TOKENS_PER_MESSAGE, Usage, estimate_input_tokens, estimate_tokens,
+    Bill, LOG_FILE, MeteredModel, TOKENS_PER_MESSAGE, Usage, estimate_input_tokens, estimate_tokens,
 };
 pub use needs::{
     ModelCheck, check_init_model, check_recipe_model, note_missing_model, stages_calling_model,

@@ -11,12 +11,24 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The server's base URL and the number of requests it answered.
 pub fn chat_server(content: &'static str) -> (String, Arc<AtomicUsize>) {
+    serve(content, None)
+}
+
+/// [`chat_server`], except that it never answers the `hold`-th chat completion (counted
+/// from 1): it keeps that connection open, a call in flight until its client goes. The
+/// count includes the held request once it has arrived.
+pub fn chat_server_holding(content: &'static str, hold: usize) -> (String, Arc<AtomicUsize>) {
+    serve(content, Some(hold))
+}
+
+fn serve(content: &'static str, hold: Option<usize>) -> (String, Arc<AtomicUsize>) {
     use std::io::{Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/v1", listener.local_addr().unwrap());
     let calls = Arc::new(AtomicUsize::new(0));
     let counter = calls.clone();
     std::thread::spawn(move || {
+        let mut held = Vec::new();
         for mut stream in listener.incoming().flatten() {
             let mut buf = Vec::new();
             let mut chunk = [0u8; 4096];
@@ -43,7 +55,11 @@ pub fn chat_server(content: &'static str) -> (String, Arc<AtomicUsize>) {
             }
             // Count chat completions only, not the endpoint probe (`GET /models`).
             if buf.starts_with(b"POST") {
-                counter.fetch_add(1, Ordering::SeqCst);
+                let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+                if hold == Some(n) {
+                    held.push(stream);
+                    continue;
+                }
             }
             let body = json!({"choices": [{"message": {"role": "assistant", "content": content}}], "usage": {"prompt_tokens": 1000, "completion_tokens": 500}}).to_string();
             let _ = write!(
