@@ -1526,3 +1526,58 @@ fn a_run_killed_between_two_model_calls_of_mutate_is_charged_both_once_on_resume
     assert!(ledger_lines(&e).is_empty(), "the ledger is emptied at open");
     e.run_ok(&["verify", "ws"]);
 }
+
+/// A reflect script that asks the model for a lesson, and fails in generation 2.
+const ASKING_REFLECT: &str = r#"
+fn reflect(ctx, archive, playbook) {
+    let r = model_chat("a lesson?");
+    if r.error != () { throw r.error }
+    if ctx.generation == 2 { throw "no lesson this time" }
+    [#{op: "add", id: "lesson-" + ctx.generation_id, text: r.content}]
+}
+"#;
+
+#[test]
+fn what_reflect_spends_on_the_model_is_archived_whether_it_succeeds_or_fails() {
+    let (url, _) = chat_server("0.9");
+    let e = Exp::new(&Spec {
+        generations: 2,
+        budget_usd: 1.0,
+        model: Some(model_block(&url)),
+        extra_operators: "  reflect: {operator: script, timeout_s: 60, config: {source: operators/reflect/ask.rhai}}\n".into(),
+        ..Spec::default()
+    });
+    std::fs::create_dir_all(e.root().join("operators/reflect")).unwrap();
+    std::fs::write(e.root().join("operators/reflect/ask.rhai"), ASKING_REFLECT).unwrap();
+    e.init();
+    e.run_ok(&["run", "ws", "--quiet"]);
+    let events = e.events();
+    let charged = |x: &Value| {
+        let calls = x["body"]["model_calls"].as_array().map_or(0, Vec::len);
+        (x["body"]["cost_usd"].as_f64().unwrap_or(0.0), calls)
+    };
+    // Generation 1's reflect succeeded: its playbook event carries the call.
+    let playbook = events
+        .iter()
+        .find(|x| x["type"] == "playbook" && x["genid"] == "1")
+        .expect("gen 1's playbook");
+    let (usd, calls) = charged(playbook);
+    assert!((usd - 0.0015).abs() < 1e-12 && calls == 1, "{playbook:#}");
+    // Generation 2's failed: a repair note carries it.
+    let note = events
+        .iter()
+        .find(|x| x["type"] == "repair" && x["genid"] == "2")
+        .expect("gen 2's reflect spend");
+    assert_eq!(note["body"]["stage"], "reflect", "{note:#}");
+    let (usd, calls) = charged(note);
+    assert!((usd - 0.0015).abs() < 1e-12 && calls == 1, "{note:#}");
+    let spent = || {
+        e.json(&["status", "ws", "--json"])["spent_usd"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!((spent() - 0.003).abs() < 1e-12, "{}", spent());
+    // The next open finds both calls billed: nothing is charged again.
+    e.run_ok(&["run", "ws", "--quiet"]);
+    assert!((spent() - 0.003).abs() < 1e-12, "{}", spent());
+}
