@@ -1314,8 +1314,17 @@ fn a_model_the_operators_call_but_nobody_configured_is_mentioned() {
         format!("{recipe}model: {{}}\n"),
     )
     .unwrap();
+    // Absent settings may come from the run's environment: notes, unless `--check`
+    // asks about this machine now.
+    let empty = e.run_ok(&["recipe", "check", "empty.yaml"]);
+    assert!(
+        text(&empty).contains("note: model.endpoint: not set")
+            && text(&empty).contains("note: model.model: not set"),
+        "{}",
+        text(&empty)
+    );
     let empty = e
-        .evolve(&["recipe", "check", "empty.yaml"])
+        .evolve(&["recipe", "check", "empty.yaml", "--check"])
         .output()
         .unwrap();
     assert_eq!(empty.status.code(), Some(1), "{}", text(&empty));

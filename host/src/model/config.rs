@@ -129,8 +129,9 @@ impl ModelConfig {
         if block.is_null() && endpoint.is_none() && model.is_none() {
             return Ok(None);
         }
-        let not_set = |field: &str, var: &str| {
-            ModelConfigError::new(field, format!("not set: give it in the recipe or in {var}"))
+        let not_set = |field: &str, var: &str| ModelConfigError {
+            unset: true,
+            ..ModelConfigError::new(field, format!("not set: give it in the recipe or in {var}"))
         };
         // A key present but malformed already has its error; only absence is "not set".
         if endpoint.is_none() && !errors.iter().any(|e| e.field == "model.endpoint") {
@@ -364,6 +365,9 @@ fn parse_prices(value: &Value) -> Result<Prices, Vec<ModelConfigError>> {
 pub struct ModelConfigError {
     pub field: String,
     pub message: String,
+    /// The setting is only absent, which the environment of a later `evolve run` may
+    /// supply (`EVOLVE_MODEL_ENDPOINT`); every other problem is wrong as written.
+    pub unset: bool,
 }
 
 impl ModelConfigError {
@@ -371,6 +375,7 @@ impl ModelConfigError {
         ModelConfigError {
             field: field.into(),
             message: message.into(),
+            unset: false,
         }
     }
 }

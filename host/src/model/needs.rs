@@ -71,9 +71,19 @@ pub async fn check_recipe_model(
     let config = match ModelConfig::from_recipe(&block) {
         Ok(c) => c,
         Err(errors) => {
-            check
-                .problems
-                .extend(errors.0.into_iter().map(|e| (e.field, e.message)));
+            // A recipe may leave the endpoint and model to the environment of the run
+            // (the shipped recipes do): only `--check`, which is about this machine now,
+            // counts their absence as a problem.
+            for e in errors.0 {
+                if e.unset && !probe {
+                    check.notes.push(format!(
+                        "{}: {}; `evolve run` needs it",
+                        e.field, e.message
+                    ));
+                } else {
+                    check.problems.push((e.field, e.message));
+                }
+            }
             return check;
         }
     };
