@@ -3,52 +3,20 @@
 use std::fmt;
 
 use serde::Serialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
-use crate::event::{GENESIS_GENID, types};
+use crate::event::{GENESIS_GENID, LoggedEvent, types};
 use crate::fold::{Evaluation, Row};
-use crate::verify::LoggedEvent;
 
-/// The cross-generation comparability key of generation zero.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct FixedIdentity {
-    pub evaluator_fingerprint: String,
-    pub task_set_hash: String,
-    pub runtime_fingerprint: String,
-}
+pub use crate::body::FixedIdentity;
 
 impl FixedIdentity {
-    pub const FIELDS: [&'static str; 3] = [
-        "evaluator_fingerprint",
-        "task_set_hash",
-        "runtime_fingerprint",
-    ];
-
     fn get(&self, field: &str) -> &str {
         match field {
             "evaluator_fingerprint" => &self.evaluator_fingerprint,
             "task_set_hash" => &self.task_set_hash,
             _ => &self.runtime_fingerprint,
         }
-    }
-
-    /// From an object with the three fields as non-empty strings.
-    pub fn from_value(v: &Value) -> Option<FixedIdentity> {
-        Self::from_stamp(v.as_object()?)
-    }
-
-    pub fn from_stamp(m: &Map<String, Value>) -> Option<FixedIdentity> {
-        let s = |k: &str| {
-            m.get(k)
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-                .map(str::to_string)
-        };
-        Some(FixedIdentity {
-            evaluator_fingerprint: s("evaluator_fingerprint")?,
-            task_set_hash: s("task_set_hash")?,
-            runtime_fingerprint: s("runtime_fingerprint")?,
-        })
     }
 
     /// From a certified evaluation's stamp (the three fields as non-empty strings).
@@ -58,14 +26,6 @@ impl FixedIdentity {
             evaluator_fingerprint: s(ev.evaluator_fingerprint())?,
             task_set_hash: s(ev.task_set_hash())?,
             runtime_fingerprint: s(ev.runtime_fingerprint())?,
-        })
-    }
-
-    pub fn to_value(&self) -> Value {
-        json!({
-            "evaluator_fingerprint": self.evaluator_fingerprint,
-            "task_set_hash": self.task_set_hash,
-            "runtime_fingerprint": self.runtime_fingerprint,
         })
     }
 }

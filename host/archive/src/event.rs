@@ -1,10 +1,15 @@
-//! The event schema: the host-stamped envelope, the stamped fields of certified evaluation
-//! events, and their validation.
+//! The event schema: the host-stamped envelope (one typed reader for every line), the names
+//! of the stamped fields of certified evaluation events, and the value checks.
 
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
+use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value, json};
 
-use crate::canonical::{canonical_bytes, canonical_sha256};
-use crate::lite::{Lite, nonneg_finite};
+use crate::canonical::{canonical_bytes, canonical_sha256, hex, is_sha256_hex, unhex};
 
 /// The fields of a certified evaluation event's body that only the host writes and that no
 /// annotation can ever replace. This is the one definition; everything else refers to it.
@@ -169,58 +174,353 @@ impl Event {
         Self::from_json(v.clone())
     }
 
-    /// [`Event::from_value`], taking the value (no copy of the body).
+    /// [`Event::from_value`], taking the value: the same `Envelope` rules as every archive
+    /// line, with the body kept as a map.
     pub fn from_json(v: Value) -> Result<Event, String> {
-        let Value::Object(mut o) = v else {
-            return Err("an event line must be a JSON object".into());
-        };
-        for k in o.keys() {
-            if !ENVELOPE_FIELDS.contains(&k.as_str()) {
-                return Err(format!("unknown envelope key {k:?}"));
+        let envelope = Envelope::<Map<String, Value>>::deserialize(v).map_err(|e| e.to_string())?;
+        envelope.into_event()
+    }
+
+    /// One archive line's bytes (without the newline) as an event: the `Envelope` read
+    /// straight from the bytes, the body as a map. What [`Archive::events`] lists; the fold
+    /// and the checks read lines through the typed bodies instead (`crate::body`).
+    ///
+    /// [`Archive::events`]: crate::Archive::events
+    pub fn from_line(bytes: &[u8]) -> Result<Event, String> {
+        let envelope: Envelope<'_, Map<String, Value>> =
+            serde_json::from_slice(bytes).map_err(|e| json_error(&e))?;
+        envelope.into_event()
+    }
+}
+
+/// A serde error on an archive line, worded by what is wrong: the JSON itself, or its shape.
+pub(crate) fn json_error(e: &serde_json::Error) -> String {
+    match e.classify() {
+        serde_json::error::Category::Data => format!("not a well-formed event: {e}"),
+        _ => format!("not valid JSON: {e}"),
+    }
+}
+
+/// A JSON value as the archive's checks see it: scalars kept (strings borrowed from the line
+/// when they have no escapes), containers only by their shape (their contents are skipped,
+/// never built). Reading one never fails on its own: errors come from the JSON parser only.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Scalar<'a> {
+    Null,
+    Bool(bool),
+    /// A JSON integer ≥ 0 (what `Value::as_u64` answers for).
+    U64(u64),
+    /// A negative JSON integer.
+    I64(i64),
+    /// A JSON number with a fraction or exponent.
+    F64(f64),
+    Str(Cow<'a, str>),
+    Array,
+    Object,
+}
+
+impl<'a> Scalar<'a> {
+    /// `Value::as_str`.
+    pub(crate) fn as_str(&self) -> Option<&str> {
+        match self {
+            Scalar::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+    /// `Value::as_u64`.
+    pub(crate) fn as_u64(&self) -> Option<u64> {
+        match self {
+            Scalar::U64(n) => Some(*n),
+            _ => None,
+        }
+    }
+    /// `Value::as_f64`.
+    pub(crate) fn as_f64(&self) -> Option<f64> {
+        match self {
+            Scalar::U64(n) => Some(*n as f64),
+            Scalar::I64(n) => Some(*n as f64),
+            Scalar::F64(x) => Some(*x),
+            _ => None,
+        }
+    }
+    pub(crate) fn is_number(&self) -> bool {
+        matches!(self, Scalar::U64(_) | Scalar::I64(_) | Scalar::F64(_))
+    }
+    /// The number if it is finite and ≥ 0 (costs and durations).
+    pub(crate) fn nonneg_finite(&self) -> Option<f64> {
+        self.as_f64().filter(|x| x.is_finite() && *x >= 0.0)
+    }
+    /// The string, owned.
+    pub(crate) fn into_string(self) -> Option<String> {
+        match self {
+            Scalar::Str(s) => Some(s.into_owned()),
+            _ => None,
+        }
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Scalar<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Scalar<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_unit<E>(self) -> Result<Scalar<'a>, E> {
+                Ok(Scalar::Null)
+            }
+            fn visit_none<E>(self) -> Result<Scalar<'a>, E> {
+                Ok(Scalar::Null)
+            }
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Scalar<'a>, D::Error> {
+                Scalar::deserialize(d)
+            }
+            fn visit_bool<E>(self, b: bool) -> Result<Scalar<'a>, E> {
+                Ok(Scalar::Bool(b))
+            }
+            fn visit_u64<E>(self, n: u64) -> Result<Scalar<'a>, E> {
+                Ok(Scalar::U64(n))
+            }
+            fn visit_i64<E>(self, n: i64) -> Result<Scalar<'a>, E> {
+                // serde_json hands non-negative integers to `visit_u64`; be exact anyway.
+                Ok(u64::try_from(n).map_or(Scalar::I64(n), Scalar::U64))
+            }
+            fn visit_f64<E>(self, x: f64) -> Result<Scalar<'a>, E> {
+                Ok(Scalar::F64(x))
+            }
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Scalar<'a>, E> {
+                Ok(Scalar::Str(Cow::Borrowed(s)))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Scalar<'a>, E> {
+                Ok(Scalar::Str(Cow::Owned(s.to_string())))
+            }
+            fn visit_string<E>(self, s: String) -> Result<Scalar<'a>, E> {
+                Ok(Scalar::Str(Cow::Owned(s)))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Scalar<'a>, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Scalar::Array)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Scalar<'a>, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Scalar::Object)
             }
         }
-        let seq = o
-            .get("seq")
-            .and_then(Value::as_u64)
-            .ok_or("`seq` must be a non-negative integer")?;
-        let prev = o
-            .get("prev")
-            .and_then(Value::as_str)
-            .ok_or("`prev` must be a string")?;
-        if !crate::canonical::is_sha256_hex(prev) {
-            return Err("`prev` must be 64 lower-case hex digits".into());
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+/// A value read as `T` if it is a JSON object, else only noted as not one (`Not`, its
+/// contents skipped). Errors inside the object (a key given twice) are the parser's.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Obj<T> {
+    Is(T),
+    Not,
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = Obj<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Obj<T>, A::Error> {
+                T::deserialize(MapAccessDeserializer::new(map)).map(Obj::Is)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Obj<T>, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Obj::Not)
+            }
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Obj<T>, D::Error> {
+                Obj::deserialize(d)
+            }
+            fn visit_unit<E>(self) -> Result<Obj<T>, E> {
+                Ok(Obj::Not)
+            }
+            fn visit_none<E>(self) -> Result<Obj<T>, E> {
+                Ok(Obj::Not)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Obj<T>, E> {
+                Ok(Obj::Not)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Obj<T>, E> {
+                Ok(Obj::Not)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Obj<T>, E> {
+                Ok(Obj::Not)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Obj<T>, E> {
+                Ok(Obj::Not)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Obj<T>, E> {
+                Ok(Obj::Not)
+            }
         }
-        let ty = o
-            .get("type")
-            .and_then(Value::as_str)
-            .ok_or("`type` must be a string")?;
-        check_event_type(ty)?;
-        let genid = match o.get("genid") {
-            Some(Value::Null) => None,
-            Some(Value::String(g)) => {
-                check_genid(g)?;
-                Some(g.clone())
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+/// A value read as a list of `T` if it is a JSON array, else only noted as not one.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum List<T> {
+    Is(Vec<T>),
+    Not,
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for List<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = List<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<List<T>, A::Error> {
+                Vec::<T>::deserialize(SeqAccessDeserializer::new(seq)).map(List::Is)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<List<T>, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(List::Not)
+            }
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<List<T>, D::Error> {
+                List::deserialize(d)
+            }
+            fn visit_unit<E>(self) -> Result<List<T>, E> {
+                Ok(List::Not)
+            }
+            fn visit_none<E>(self) -> Result<List<T>, E> {
+                Ok(List::Not)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<List<T>, E> {
+                Ok(List::Not)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<List<T>, E> {
+                Ok(List::Not)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<List<T>, E> {
+                Ok(List::Not)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<List<T>, E> {
+                Ok(List::Not)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<List<T>, E> {
+                Ok(List::Not)
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+/// A present field, whatever its value (`null` included): `Some`, and `None` only when the
+/// key is absent (with `#[serde(default)]`). Serde's own `Option` reads `null` as absent.
+pub(crate) fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
+/// The envelope of every archive line, with the body read as `B`: exactly the keys
+/// [`ENVELOPE_FIELDS`] (each once), then [`Envelope::check`] for their values. The one
+/// definition of a well-formed event line: [`Event::from_line`] reads the body as a map, the
+/// fold and the checks as a typed body (`crate::body`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Envelope<'a, B> {
+    #[serde(borrow)]
+    seq: Scalar<'a>,
+    #[serde(borrow)]
+    prev: Scalar<'a>,
+    #[serde(rename = "type", borrow)]
+    event_type: Scalar<'a>,
+    #[serde(borrow)]
+    genid: Scalar<'a>,
+    #[serde(borrow)]
+    at: Scalar<'a>,
+    body: Obj<B>,
+}
+
+/// The envelope's values, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Head<'a> {
+    pub(crate) seq: u64,
+    pub(crate) prev: [u8; 32],
+    pub(crate) event_type: Cow<'a, str>,
+    pub(crate) genid: Option<Cow<'a, str>>,
+    pub(crate) at: Cow<'a, str>,
+}
+
+impl<'a, B> Envelope<'a, B> {
+    /// Each envelope value well typed and valid, or why not.
+    pub(crate) fn check(self) -> Result<(Head<'a>, B), String> {
+        let seq = self
+            .seq
+            .as_u64()
+            .ok_or("`seq` must be a non-negative integer")?;
+        let Scalar::Str(prev) = self.prev else {
+            return Err("`prev` must be a string".into());
+        };
+        let prev = is_sha256_hex(&prev)
+            .then(|| unhex::<32>(&prev))
+            .flatten()
+            .ok_or("`prev` must be 64 lower-case hex digits")?;
+        let Scalar::Str(event_type) = self.event_type else {
+            return Err("`type` must be a string".into());
+        };
+        check_event_type(&event_type)?;
+        let genid = match self.genid {
+            Scalar::Null => None,
+            Scalar::Str(g) => {
+                check_genid(&g)?;
+                Some(g)
             }
             _ => return Err("`genid` must be a string or null".into()),
         };
-        let at = o
-            .get("at")
-            .and_then(Value::as_str)
-            .ok_or("`at` must be a string")?;
-        check_timestamp(at)?;
-        let (prev, ty, at) = (prev.to_string(), ty.to_string(), at.to_string());
-        let Some(Value::Object(body)) = o.remove("body") else {
+        let Scalar::Str(at) = self.at else {
+            return Err("`at` must be a string".into());
+        };
+        check_timestamp(&at)?;
+        let Obj::Is(body) = self.body else {
             return Err("`body` must be an object".into());
         };
-        Ok(Event {
+        let head = Head {
             seq,
             prev,
-            event_type: ty,
+            event_type,
             genid,
             at,
+        };
+        Ok((head, body))
+    }
+}
+
+impl Envelope<'_, Map<String, Value>> {
+    fn into_event(self) -> Result<Event, String> {
+        let (h, body) = self.check()?;
+        Ok(Event {
+            seq: h.seq,
+            prev: hex(&h.prev),
+            event_type: h.event_type.into_owned(),
+            genid: h.genid.map(Cow::into_owned),
+            at: h.at.into_owned(),
             body,
         })
     }
+}
+
+/// An event read from the archive, with its position and whether it is certified: its line is
+/// well formed, in place (seq = line − 1), chained to the previous line, and carries a valid
+/// receipt under the experiment's key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoggedEvent {
+    /// 1-based line number in `archive.jsonl`.
+    pub line: u64,
+    pub event: Event,
+    /// Hex SHA-256 of the line's bytes (without the newline).
+    pub sha256: String,
+    pub certified: bool,
 }
 
 /// `prev` of seq 0: the hex SHA-256 of the canonical JSON of `{"experiment": experiment_id}`.
@@ -310,7 +610,7 @@ pub fn check_timestamp(s: &str) -> Result<(), String> {
 }
 
 /// What a task vector says about scoring.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct VectorSummary {
     /// Number of trial entries.
     pub trials: u64,
@@ -322,396 +622,9 @@ pub struct VectorSummary {
     pub reward_sum: f64,
 }
 
-const TRIAL_STATUSES: [&str; 5] = OUTCOMES;
-
-/// One trial object's fields as `Value` accessors see them (`None`: key absent).
-pub(crate) struct TrialFields<'b> {
-    pub(crate) trial: Option<Lite<'b>>,
-    pub(crate) status: Option<Lite<'b>>,
-    pub(crate) reward: Option<Lite<'b>>,
-    pub(crate) timeout_owner: Option<Lite<'b>>,
-}
-
-/// Why a trial is not usable.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum TrialErr {
-    NotObject,
-    Index,
-    Status(String),
-    Reward,
-    NoReward,
-}
-
-/// Why a task is not usable.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum TaskErr {
-    TrialsNotArray,
-    Trial(usize, TrialErr),
-}
-
-/// One task's trials, accumulated in list order up to the first unusable trial. Its complete
-/// trials' rewards are `rewards` of a buffer shared by the tasks of one vector.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct TaskAcc {
-    trials: u64,
-    complete: u64,
-    agent_timeouts: u64,
-    rewards: std::ops::Range<usize>,
-    pub(crate) err: Option<TaskErr>,
-}
-
-impl TaskAcc {
-    pub(crate) fn starting_at(start: usize) -> TaskAcc {
-        TaskAcc {
-            trials: 0,
-            complete: 0,
-            agent_timeouts: 0,
-            rewards: start..start,
-            err: None,
-        }
-    }
-
-    pub(crate) fn failed(err: TaskErr) -> TaskAcc {
-        TaskAcc {
-            err: Some(err),
-            ..TaskAcc::starting_at(0)
-        }
-    }
-
-    /// Add trial `i` of the task (`None`: it is not an object).
-    pub(crate) fn add(&mut self, i: usize, t: Option<TrialFields<'_>>, rewards: &mut Vec<f64>) {
-        match trial_effect(t) {
-            Err(e) => self.err = Some(TaskErr::Trial(i, e)),
-            Ok(effect) => {
-                self.trials += 1;
-                match effect {
-                    TrialEffect::Complete(r) => {
-                        self.complete += 1;
-                        rewards.push(r);
-                        self.rewards.end = rewards.len();
-                    }
-                    TrialEffect::AgentTimeout => self.agent_timeouts += 1,
-                    TrialEffect::Other => {}
-                }
-            }
-        }
-    }
-}
-
-enum TrialEffect {
-    Complete(f64),
-    AgentTimeout,
-    Other,
-}
-
-/// What one trial contributes: the one definition, shared by both readers.
-fn trial_effect(t: Option<TrialFields<'_>>) -> Result<TrialEffect, TrialErr> {
-    let t = t.ok_or(TrialErr::NotObject)?;
-    t.trial.and_then(|x| x.as_u64()).ok_or(TrialErr::Index)?;
-    let status = t.status.and_then(|s| s.as_str()).unwrap_or("");
-    if !TRIAL_STATUSES.contains(&status) {
-        return Err(TrialErr::Status(status.to_string()));
-    }
-    let reward = match t.reward {
-        None | Some(Lite::Null) => None,
-        Some(r) => Some(
-            r.as_f64()
-                .filter(|x| x.is_finite())
-                .ok_or(TrialErr::Reward)?,
-        ),
-    };
-    Ok(match (status, reward) {
-        ("benchmark_complete", Some(r)) => TrialEffect::Complete(r),
-        ("benchmark_complete", None) => return Err(TrialErr::NoReward),
-        ("timeout", _) if t.timeout_owner.and_then(|o| o.as_str()) == Some("agent") => {
-            TrialEffect::AgentTimeout
-        }
-        _ => TrialEffect::Other,
-    })
-}
-
-/// Sum tasks given in key order: the first unusable task's error, else the summary (rewards
-/// added task by task, trial by trial).
-pub(crate) fn aggregate_tasks<'t>(
-    tasks: impl Iterator<Item = (&'t str, &'t TaskAcc)>,
-    rewards: &[f64],
-) -> Result<VectorSummary, String> {
-    let mut s = VectorSummary {
-        trials: 0,
-        complete: 0,
-        agent_timeouts: 0,
-        reward_sum: 0.0,
-    };
-    for (name, t) in tasks {
-        if let Some(e) = &t.err {
-            let at = |i: &usize| format!("task_vector.tasks[{name:?}].trials[{i}]");
-            return Err(match e {
-                TaskErr::TrialsNotArray => {
-                    format!("task_vector.tasks[{name:?}].trials must be an array")
-                }
-                TaskErr::Trial(i, TrialErr::NotObject) => format!("{} must be an object", at(i)),
-                TaskErr::Trial(i, TrialErr::Index) => {
-                    format!("{}.trial must be a non-negative integer", at(i))
-                }
-                TaskErr::Trial(i, TrialErr::Status(st)) => {
-                    format!("{}.status {st:?} is not a trial status", at(i))
-                }
-                TaskErr::Trial(i, TrialErr::Reward) => {
-                    format!("{}.reward must be a finite number or null", at(i))
-                }
-                TaskErr::Trial(i, TrialErr::NoReward) => {
-                    format!("{}: a benchmark_complete trial needs a reward", at(i))
-                }
-            });
-        }
-        s.trials += t.trials;
-        s.complete += t.complete;
-        s.agent_timeouts += t.agent_timeouts;
-        for r in &rewards[t.rewards.clone()] {
-            s.reward_sum += r;
-        }
-    }
-    Ok(s)
-}
-
-/// Parse a `task_vector` stamped value.
-pub fn summarize_task_vector(v: &Value) -> Result<VectorSummary, String> {
-    let o = v.as_object().ok_or("task_vector must be an object")?;
-    if o.get("schema_version").and_then(Value::as_u64) != Some(1) {
-        return Err("task_vector.schema_version must be 1".into());
-    }
-    let tasks = o
-        .get("tasks")
-        .and_then(Value::as_object)
-        .ok_or("task_vector.tasks must be an object")?;
-    let mut names: Vec<&String> = tasks.keys().collect();
-    names.sort();
-    let mut rewards = Vec::new();
-    let mut accs = Vec::with_capacity(names.len());
-    for name in names {
-        let mut acc = TaskAcc::starting_at(rewards.len());
-        match tasks[name].get("trials").and_then(Value::as_array) {
-            None => acc.err = Some(TaskErr::TrialsNotArray),
-            Some(trials) => {
-                for (i, t) in trials.iter().enumerate() {
-                    let fields = t.as_object().map(|t| TrialFields {
-                        trial: t.get("trial").map(Lite::of),
-                        status: t.get("status").map(Lite::of),
-                        reward: t.get("reward").map(Lite::of),
-                        timeout_owner: t.get("timeout_owner").map(Lite::of),
-                    });
-                    acc.add(i, fields, &mut rewards);
-                    if acc.err.is_some() {
-                        break;
-                    }
-                }
-            }
-        }
-        accs.push((name.as_str(), acc));
-    }
-    aggregate_tasks(accs.iter().map(|(n, a)| (*n, a)), &rewards)
-}
-
-/// Read access to an evaluation body's stamped fields, with `serde_json::Value` accessor
-/// semantics. Implemented by the body map itself and by the allocation-light reader
-/// ([`crate::lite::FastBody`]), so that [`check_stamp`]'s rules exist once.
-pub(crate) trait StampView {
-    /// The key is present.
-    fn has(&self, k: &str) -> bool;
-    /// The value at a key (containers by their shape only).
-    fn lite(&self, k: &str) -> Option<Lite<'_>>;
-    /// [`summarize_task_vector`] of `task_vector`, `None` if absent.
-    fn task_vector(&self) -> Option<Result<VectorSummary, String>>;
-    /// `timings` is an object of finite numbers ≥ 0.
-    fn timings_ok(&self) -> bool;
-    /// `source_attempts` is an array of integers each ≥ 1 and < `attempt`.
-    fn source_attempts_ok(&self, attempt: u64) -> bool;
-}
-
-impl StampView for Map<String, Value> {
-    fn has(&self, k: &str) -> bool {
-        self.contains_key(k)
-    }
-    fn lite(&self, k: &str) -> Option<Lite<'_>> {
-        self.get(k).map(Lite::of)
-    }
-    fn task_vector(&self) -> Option<Result<VectorSummary, String>> {
-        self.get("task_vector").map(summarize_task_vector)
-    }
-    fn timings_ok(&self) -> bool {
-        self.get("timings")
-            .and_then(Value::as_object)
-            .is_some_and(|t| {
-                t.values()
-                    .all(|v| nonneg_finite(Some(Lite::of(v))).is_some())
-            })
-    }
-    fn source_attempts_ok(&self, a: u64) -> bool {
-        self.get("source_attempts")
-            .and_then(Value::as_array)
-            .is_some_and(|src| {
-                src.iter()
-                    .all(|x| x.as_u64().is_some_and(|x| x >= 1 && x < a))
-            })
-    }
-}
-
-fn is_object_id(v: Option<&str>) -> bool {
-    v.is_some_and(|s| {
-        (s.len() == 40 || s.len() == 64)
-            && s.bytes()
-                .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
-    })
-}
-
 /// Scores agree if they differ by at most 1e-9 relative (summation order may differ).
 pub fn scores_agree(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
-}
-
-/// Every problem with the stamped fields of an evaluation event body (empty when valid):
-/// presence, types, allowed values, and the score recomputed from the task vector.
-pub fn check_stamp(genid: Option<&str>, body: &Map<String, Value>) -> Vec<String> {
-    check_stamp_view(genid, body)
-}
-
-/// [`check_stamp`] over any [`StampView`].
-pub(crate) fn check_stamp_view<V: StampView + ?Sized>(
-    genid: Option<&str>,
-    body: &V,
-) -> Vec<String> {
-    let mut p = Vec::new();
-    let Some(genid) = genid else {
-        p.push("an evaluation event needs a genid".into());
-        return p;
-    };
-    for f in STAMPED_FIELDS {
-        if !body.has(f) {
-            p.push(format!("stamped field `{f}` is missing"));
-        }
-    }
-    if !p.is_empty() {
-        return p;
-    }
-    let s = |k: &str| body.lite(k).and_then(|v| v.as_str());
-    let u = |k: &str| body.lite(k).and_then(|v| v.as_u64());
-    for k in ["candidate_commit", "candidate_tree"] {
-        if !is_object_id(s(k)) {
-            p.push(format!(
-                "`{k}` must be a git object id (40 or 64 lower-case hex)"
-            ));
-        }
-    }
-    match body.lite("parent") {
-        Some(Lite::Null) => {}
-        Some(Lite::Str(g)) if check_genid(g).is_ok() => {}
-        _ => p.push("`parent` must be a genid or null".into()),
-    }
-    match u("generation") {
-        None => p.push("`generation` must be a non-negative integer".into()),
-        Some(n) => {
-            if let Some(g) = genid_generation(genid).filter(|g| *g != n) {
-                p.push(format!(
-                    "`generation` is {n} but genid {genid:?} names generation {g}"
-                ));
-            }
-        }
-    }
-    for k in [
-        "evaluator_fingerprint",
-        "task_set_hash",
-        "runtime_fingerprint",
-        "contract_id",
-    ] {
-        if !s(k).is_some_and(|v| !v.is_empty() && v.len() <= 256) {
-            p.push(format!("`{k}` must be a non-empty string"));
-        }
-    }
-    if !s("purpose").is_some_and(|v| PURPOSES.contains(&v)) {
-        p.push(format!("`purpose` must be one of {PURPOSES:?}"));
-    }
-    let outcome = s("outcome").filter(|v| OUTCOMES.contains(v));
-    if outcome.is_none() {
-        p.push(format!("`outcome` must be one of {OUTCOMES:?}"));
-    }
-    let (trials, expected, scoreable) = (u("trials"), u("expected_trials"), u("scoreable_trials"));
-    for (k, v) in [
-        ("trials", trials),
-        ("expected_trials", expected),
-        ("scoreable_trials", scoreable),
-    ] {
-        if v.is_none() {
-            p.push(format!("`{k}` must be a non-negative integer"));
-        }
-    }
-    let vector = body.task_vector();
-    if let Some(Err(e)) = &vector {
-        p.push(e.clone());
-    }
-    let complete = outcome == Some("benchmark_complete");
-    let score = body.lite("score");
-    if let (Some(trials), Some(expected), Some(scoreable), Some(Ok(vs))) =
-        (trials, expected, scoreable, &vector)
-    {
-        if vs.trials != trials {
-            p.push(format!(
-                "`trials` is {trials} but the task vector holds {} trials",
-                vs.trials
-            ));
-        }
-        if scoreable > trials {
-            p.push(format!(
-                "`scoreable_trials` ({scoreable}) exceeds `trials` ({trials})"
-            ));
-        }
-        if scoreable < vs.complete || scoreable > vs.complete + vs.agent_timeouts {
-            p.push(format!(
-                "`scoreable_trials` is {scoreable} but the task vector has {} complete trials and {} agent timeouts",
-                vs.complete, vs.agent_timeouts
-            ));
-        }
-        if complete {
-            if expected == 0 || trials > expected || scoreable == 0 {
-                p.push(format!(
-                    "a benchmark_complete evaluation needs 0 < scoreable ≤ trials ≤ expected (got {scoreable}, {trials}, {expected})"
-                ));
-            } else {
-                let recomputed = vs.reward_sum / expected as f64;
-                match score
-                    .as_ref()
-                    .filter(|x| x.is_number())
-                    .and_then(|x| x.as_f64())
-                {
-                    Some(x) if x.is_finite() && scores_agree(x, recomputed) => {}
-                    Some(x) if x.is_finite() => p.push(format!(
-                        "`score` is {x} but Σ scoreable rewards / expected_trials = {recomputed}"
-                    )),
-                    _ => p.push(
-                        "`score` must be a finite number for a benchmark_complete evaluation"
-                            .into(),
-                    ),
-                }
-            }
-        }
-    }
-    if !complete && outcome.is_some() && !matches!(score, Some(Lite::Null)) {
-        p.push("`score` must be null unless the outcome is benchmark_complete".into());
-    }
-    if nonneg_finite(body.lite("cost_usd")).is_none() {
-        p.push("`cost_usd` must be a finite number ≥ 0".into());
-    }
-    if !body.timings_ok() {
-        p.push("`timings` must be an object of finite numbers ≥ 0 (seconds)".into());
-    }
-    match u("attempt").filter(|a| *a >= 1) {
-        None => p.push("`attempt` must be an integer ≥ 1".into()),
-        Some(a) => {
-            if !body.source_attempts_ok(a) {
-                p.push("`source_attempts` must be a list of earlier attempt numbers".into());
-            }
-        }
-    }
-    p
 }
 
 #[cfg(test)]

@@ -1,10 +1,8 @@
 //! The append-only, hash-chained, signed event log (`archive.jsonl` + `receipts.jsonl`).
 
-use std::borrow::Cow;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
-use std::ops::Range;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -13,17 +11,15 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use crate::body::{Body, Line, read_line};
 use crate::canonical::hex;
+use crate::chain::{Finding, FindingKind, Mode, Receipt, TornTail, check_log, par_map};
 use crate::eligibility::{FixedIdentity, identity_of_row0};
 use crate::event::{
-    Event, TERMINAL_STATUSES, check_event_type, check_genid, check_stamp, check_timestamp, types,
+    Event, LoggedEvent, TERMINAL_STATUSES, check_event_type, check_genid, check_timestamp, types,
 };
-use crate::fold::{Facts, Folder, Pending, Row, pending};
+use crate::fold::{Folded, Pending, Replayed, Row, StampSource, pending, replay};
 use crate::keys::{ExperimentKey, PublicKey};
-use crate::verify::{
-    Checked, FastReader, Finding, FindingKind, LineReader, LoggedEvent, Mode, ReadLine, Receipt,
-    TornTail, check_log, par_map,
-};
 
 /// The archive's file name in the workspace.
 pub const ARCHIVE_FILE: &str = "archive.jsonl";
@@ -121,122 +117,34 @@ pub struct AppendedEvent {
 #[derive(Debug)]
 struct LineRec {
     buf: Arc<Vec<u8>>,
-    range: Range<usize>,
-    sha256: [u8; 32],
-    certified: bool,
-    event_type: Cow<'static, str>,
-    /// The body's `cost_usd` if it is a finite number ≥ 0.
-    cost_usd: Option<f64>,
-}
-
-/// An event type, without an allocation for the well-known ones.
-fn type_name(t: &str) -> Cow<'static, str> {
-    const KNOWN: [&str; 7] = [
-        types::GENESIS,
-        types::GENERATION,
-        types::EVALUATION,
-        types::GATE,
-        types::RECORD,
-        types::STATUS,
-        types::REPAIR,
-    ];
-    match KNOWN.iter().find(|k| **k == t) {
-        Some(k) => Cow::Borrowed(k),
-        None => Cow::Owned(t.to_string()),
-    }
+    meta: Replayed,
 }
 
 impl LineRec {
     fn bytes(&self) -> &[u8] {
-        &self.buf[self.range.clone()]
+        &self.buf[self.meta.range.clone()]
     }
 
-    /// The event, read the straightforward way (the line passed the writer's check, so this
-    /// cannot fail; the placeholder is only a defensive answer, never a panic).
+    /// The event with its body as a map (the line passed the writer's check, so this cannot
+    /// fail; the placeholder is only a defensive answer, never a panic).
     fn event(&self, seq: u64) -> Event {
-        serde_json::from_slice::<Value>(self.bytes())
-            .ok()
-            .and_then(|v| Event::from_json(v).ok())
-            .unwrap_or_else(|| Event {
-                seq,
-                prev: String::new(),
-                event_type: String::new(),
-                genid: None,
-                at: String::new(),
-                body: Map::new(),
-            })
+        Event::from_line(self.bytes()).unwrap_or_else(|_| Event {
+            seq,
+            prev: String::new(),
+            event_type: String::new(),
+            genid: None,
+            at: String::new(),
+            body: Map::new(),
+        })
     }
-}
 
-/// The genesis event's `fixed_identity`, from line 1 if it is a certified genesis event.
-pub(crate) fn genesis_identity_of(item: &ReadLine<'_>) -> Option<FixedIdentity> {
-    match item {
-        ReadLine::Fast(l) if l.seq == 0 && l.event_type == types::GENESIS => l
-            .body
-            .fixed_identity
-            .as_ref()
-            .and_then(FixedIdentity::from_value),
-        ReadLine::Slow(e) if e.seq == 0 && e.event_type == types::GENESIS => e
-            .body
-            .get("fixed_identity")
-            .and_then(FixedIdentity::from_value),
-        _ => None,
-    }
-}
-
-/// The writer's state from the checked lines of an archive.
-#[derive(Debug)]
-pub(crate) struct Replayed {
-    lines: Vec<LineRec>,
-    pub(crate) folder: Folder,
-    pub(crate) genesis_identity: Option<FixedIdentity>,
-}
-
-/// Fold checked lines (read by [`FastReader`] from `buf`) into rows. With `certify_last`, the
-/// final line counts as certified (the writer signs it before anyone sees the rows).
-pub(crate) fn replay_checked(
-    checked: Vec<Checked<ReadLine<'_>>>,
-    buf: &Arc<Vec<u8>>,
-    certify_last: bool,
-) -> Replayed {
-    let mut folder = Folder::default();
-    let mut lines = Vec::with_capacity(checked.len());
-    let mut genesis_identity = None;
-    let last = checked.len().saturating_sub(1);
-    for (i, c) in checked.into_iter().enumerate() {
-        let certified = c.certified || (certify_last && i == last);
-        if i == 0 && certified {
-            genesis_identity = genesis_identity_of(&c.item);
+    fn logged(&self, i: usize) -> LoggedEvent {
+        LoggedEvent {
+            line: i as u64 + 1,
+            event: self.event(i as u64),
+            sha256: hex(&self.meta.sha256),
+            certified: self.meta.certified,
         }
-        let slow;
-        let facts = match c.item {
-            ReadLine::Fast(ref l) => {
-                Facts::of_fast(l, c.line, certified, || (buf.clone(), c.range.clone()))
-            }
-            ReadLine::Slow(event) => {
-                slow = LoggedEvent {
-                    line: c.line,
-                    event,
-                    sha256: String::new(),
-                    certified,
-                };
-                Facts::of_event(&slow)
-            }
-        };
-        lines.push(LineRec {
-            buf: buf.clone(),
-            range: c.range.clone(),
-            sha256: c.sha256,
-            certified: c.certified,
-            event_type: type_name(facts.event_type),
-            cost_usd: facts.cost_usd,
-        });
-        folder.apply(facts);
-    }
-    Replayed {
-        lines,
-        folder,
-        genesis_identity,
     }
 }
 
@@ -252,10 +160,8 @@ pub struct Archive {
     lines: Vec<LineRec>,
     /// The events as `Value`s, built on the first call of [`Archive::events`].
     events: OnceLock<Vec<LoggedEvent>>,
-    /// The rows, kept current by every append.
-    folder: Folder,
-    /// The certified genesis event's `fixed_identity`, if any.
-    genesis_identity: Option<FixedIdentity>,
+    /// The rows (and generation zero's identity), kept current by every append.
+    state: Folded,
     last_hash: [u8; 32],
     archive_torn: Option<TornTail>,
     receipts_torn: Option<TornTail>,
@@ -377,10 +283,7 @@ impl Archive {
             .read_to_end(&mut rbytes)
             .map_err(io(&receipts_path))?;
         let public = key.public();
-        let reader = FastReader {
-            experiment: experiment_id,
-        };
-        let check = check_log(&abytes, &rbytes, &public, &reader, Mode::Chained);
+        let check = check_log(&abytes, &rbytes, &public, false, Mode::Chained);
         drop(rbytes);
         let last_line = check.lines;
         let fatal: Vec<Finding> = check
@@ -398,11 +301,14 @@ impl Archive {
         // Every line is certified now, except perhaps a final one without a receipt, which is
         // signed below (before anyone can see the archive).
         let resign = check.events.last().is_some_and(|e| !e.certified);
-        let Replayed {
-            lines,
-            folder,
-            genesis_identity,
-        } = replay_checked(check.events, &abytes, resign);
+        let (lines, state) = replay(check.events, &abytes, resign);
+        let lines = lines
+            .into_iter()
+            .map(|meta| LineRec {
+                buf: abytes.clone(),
+                meta,
+            })
+            .collect();
         let mut archive = Archive {
             path: path.to_path_buf(),
             receipts_path,
@@ -412,8 +318,7 @@ impl Archive {
             receipts,
             lines,
             events: OnceLock::new(),
-            folder,
-            genesis_identity,
+            state,
             last_hash: check.last_hash,
             archive_torn: check.archive_torn.clone(),
             receipts_torn: check.receipts_torn.clone(),
@@ -427,12 +332,12 @@ impl Archive {
         // A final event without a receipt: sign it now.
         if resign && let Some(last) = archive.lines.last() {
             let seq = archive.lines.len() as u64 - 1;
-            let sha = hex(&last.sha256);
+            let sha = hex(&last.meta.sha256);
             archive.repair_receipts_tail()?;
             let receipt = archive.write_receipt(seq, &sha)?;
             debug_assert_eq!(receipt.seq, seq);
             if let Some(last) = archive.lines.last_mut() {
-                last.certified = true;
+                last.meta.certified = true;
             }
             archive.recovery.resigned.push(seq);
         }
@@ -461,7 +366,9 @@ impl Archive {
         Ok(receipt)
     }
 
-    fn validate(
+    /// The envelope's values of an event to append, and the genesis event's `experiment`
+    /// (filled in when absent).
+    fn prepare(
         &self,
         event_type: &str,
         genid: Option<&str>,
@@ -474,69 +381,71 @@ impl Archive {
             check_genid(g).map_err(inv)?;
         }
         check_timestamp(at).map_err(inv)?;
+        if event_type == types::GENESIS && self.lines.is_empty() && !body.contains_key("experiment")
+        {
+            let exp = self.key.experiment_id().to_string();
+            body.insert("experiment".into(), Value::String(exp));
+        }
+        Ok(())
+    }
+
+    /// The rules an appended event's body must meet, on the line as read back (the typed
+    /// body every reader sees).
+    fn validate(&self, line: &Line<'_>) -> Result<(), ArchiveError> {
+        let inv = ArchiveError::InvalidEvent;
+        let event_type: &str = &line.head.event_type;
         let first = self.lines.is_empty();
         let need_genid = || {
-            genid
+            line.genid()
                 .map(|_| ())
                 .ok_or_else(|| inv(format!("a {event_type} event needs a genid")))
         };
-        match event_type {
-            types::GENESIS if first => {
+        match &line.body {
+            Body::Genesis(g) if first => {
                 let exp = self.key.experiment_id();
-                match body.get("experiment") {
-                    None => {
-                        body.insert("experiment".into(), Value::String(exp.to_string()));
-                    }
-                    Some(Value::String(s)) if s == exp => {}
-                    Some(_) => return Err(inv(format!("genesis body.experiment must be {exp:?}"))),
+                if g.experiment.as_deref() != Some(exp) {
+                    return Err(inv(format!("genesis body.experiment must be {exp:?}")));
                 }
             }
-            types::GENESIS => return Err(inv("only seq 0 is a genesis event".into())),
+            Body::Genesis(_) => return Err(inv("only seq 0 is a genesis event".into())),
             _ if first => return Err(inv("the first event must be the genesis event".into())),
-            types::EVALUATION => {
+            Body::Evaluation(e) => {
                 need_genid()?;
-                let problems = check_stamp(genid, body);
-                if !problems.is_empty() {
-                    return Err(ArchiveError::InvalidStamp(problems));
+                if !e.problems.is_empty() {
+                    return Err(ArchiveError::InvalidStamp(e.problems.clone()));
                 }
             }
-            types::GATE => {
+            Body::Gate(g) => {
                 need_genid()?;
-                if !matches!(
-                    body.get("verdict").and_then(Value::as_str),
-                    Some("keep" | "discard")
-                ) {
+                if g.verdict().is_none() {
                     return Err(inv("a gate event needs verdict keep|discard".into()));
                 }
             }
-            types::STATUS => {
+            Body::Status(s) => {
                 need_genid()?;
-                if !body
-                    .get("status")
-                    .and_then(Value::as_str)
-                    .is_some_and(|s| TERMINAL_STATUSES.contains(&s))
-                {
+                if s.terminal_status().is_none() {
                     return Err(inv(format!(
                         "a status event needs a status among {TERMINAL_STATUSES:?}"
                     )));
                 }
             }
-            types::RECORD | types::GENERATION => {
+            Body::Record(r) => {
                 need_genid()?;
-                if event_type == types::RECORD
-                    && !body.get("annotations").is_some_and(Value::is_object)
-                {
+                if r.annotations.is_none() {
                     return Err(inv("a record event needs an `annotations` object".into()));
                 }
             }
-            _ => {}
+            Body::Generation(_) => need_genid()?,
+            Body::Other(_) => {}
         }
         Ok(())
     }
 
     /// Append one event: validate it (an evaluation's stamped fields must pass
-    /// [`check_stamp`]), move aside any torn tail, write exactly one line of canonical JSON +
-    /// `\n` (O_APPEND) and fsync it, then write and fsync its receipt.
+    /// [`check_stamp`](crate::check_stamp())), move aside any torn tail, write exactly one
+    /// line of canonical JSON + `\n` (O_APPEND) and fsync it, then write and fsync its
+    /// receipt. The body is checked on the line as it will be read back, by the reader
+    /// `open` and `verify` use.
     pub fn append(
         &mut self,
         event_type: &str,
@@ -548,12 +457,7 @@ impl Archive {
             return Err(ArchiveError::Poisoned);
         }
         let mut body = body;
-        self.validate(event_type, genid, &mut body, at)?;
-        if let Some(t) = self.archive_torn.take() {
-            let aside = move_aside(&self.file, &self.path, &t)?;
-            self.recovery.preserved.push(aside);
-        }
-        self.repair_receipts_tail()?;
+        self.prepare(event_type, genid, &mut body, at)?;
         let seq = self.lines.len() as u64;
         let event = Event {
             seq,
@@ -566,66 +470,46 @@ impl Archive {
         let mut bytes = event.canonical_line();
         let n = bytes.len();
         bytes.push(b'\n');
-        let line = Arc::new(bytes);
-        // What is kept in memory is exactly what a reader of the file will see: the line is
-        // read back the way `open` reads it.
-        let reader = FastReader {
-            experiment: self.key.experiment_id(),
-        };
-        let (header, item) = reader.read(&line[..n]).map_err(|e| {
+        let buf = Arc::new(bytes);
+        let line = read_line(&buf[..n]).map_err(|e| {
             ArchiveError::InvalidEvent(format!("the event does not round-trip: {e}"))
         })?;
-        if header.seq != seq || header.prev != self.last_hash {
+        if line.head.seq != seq || line.head.prev != self.last_hash {
             return Err(ArchiveError::InvalidEvent(
                 "the event does not round-trip".into(),
             ));
         }
-        let sha: [u8; 32] = Sha256::digest(&line[..n]).into();
+        self.validate(&line)?;
+        if let Some(t) = self.archive_torn.take() {
+            let aside = move_aside(&self.file, &self.path, &t)?;
+            self.recovery.preserved.push(aside);
+        }
+        self.repair_receipts_tail()?;
+        let sha: [u8; 32] = Sha256::digest(&buf[..n]).into();
         let sha256 = hex(&sha);
         self.poisoned = true;
         self.file
-            .write_all(&line)
+            .write_all(&buf)
             .and_then(|_| self.file.sync_data())
             .map_err(io(&self.path))?;
         let receipt = self.write_receipt(seq, &sha256)?;
         self.poisoned = false;
         self.last_hash = sha;
         let line_no = seq + 1;
-        if seq == 0 {
-            self.genesis_identity = genesis_identity_of(&item);
-        }
-        let slow;
-        let facts = match &item {
-            ReadLine::Fast(l) => Facts::of_fast(l, line_no, true, || (line.clone(), 0..n)),
-            ReadLine::Slow(e) => {
-                slow = LoggedEvent {
-                    line: line_no,
-                    event: e.clone(),
-                    sha256: String::new(),
-                    certified: true,
-                };
-                Facts::of_event(&slow)
-            }
-        };
         let rec = LineRec {
-            buf: line.clone(),
-            range: 0..n,
-            sha256: sha,
-            certified: true,
-            event_type: type_name(facts.event_type),
-            cost_usd: facts.cost_usd,
-        };
-        self.folder.apply(facts);
-        if let Some(events) = self.events.get_mut() {
-            events.push(LoggedEvent {
-                line: line_no,
-                event: match item {
-                    ReadLine::Slow(e) => e,
-                    ReadLine::Fast(_) => rec.event(seq),
-                },
-                sha256: sha256.clone(),
+            buf: buf.clone(),
+            meta: Replayed {
+                range: 0..n,
+                sha256: sha,
                 certified: true,
-            });
+                event_type: crate::body::type_name(&line.head.event_type),
+                cost_usd: line.body.cost_usd(),
+            },
+        };
+        self.state
+            .apply_line(line, line_no, true, || StampSource::Line(buf.clone(), 0..n));
+        if let Some(events) = self.events.get_mut() {
+            events.push(rec.logged(self.lines.len()));
         }
         self.lines.push(rec);
         Ok(AppendedEvent {
@@ -644,14 +528,8 @@ impl Archive {
     /// [`Archive::rows_cached`], [`Archive::fixed_identity`], [`Archive::total_cost_usd`] and
     /// [`Archive::pending`].
     pub fn events(&self) -> &[LoggedEvent] {
-        self.events.get_or_init(|| {
-            par_map(&self.lines, 64, |i, rec| LoggedEvent {
-                line: i as u64 + 1,
-                event: rec.event(i as u64),
-                sha256: hex(&rec.sha256),
-                certified: rec.certified,
-            })
-        })
+        self.events
+            .get_or_init(|| par_map(&self.lines, 64, |i, rec| rec.logged(i)))
     }
 
     /// The events of one type, in order: the lines that [`Archive::events`] would list with
@@ -678,32 +556,28 @@ impl Archive {
             .iter()
             .enumerate()
             .skip(skip)
-            .filter(|(_, rec)| rec.event_type == event_type)
-            .map(|(i, rec)| LoggedEvent {
-                line: i as u64 + 1,
-                event: rec.event(i as u64),
-                sha256: hex(&rec.sha256),
-                certified: rec.certified,
-            })
+            .filter(|(_, rec)| rec.meta.event_type == event_type)
+            .map(|(i, rec)| rec.logged(i))
             .collect()
     }
 
     /// The folded rows (a copy of [`Archive::rows_cached`]; stamps are shared, not copied).
     pub fn rows(&self) -> Vec<Row> {
-        self.folder.rows().to_vec()
+        self.state.folder.rows().to_vec()
     }
 
     /// The folded rows, kept current by every append (never refolded).
     pub fn rows_cached(&self) -> &[Row] {
-        self.folder.rows()
+        self.state.folder.rows()
     }
 
     /// Generation zero's fixed identity: [`fixed_identity`](crate::fixed_identity()) of this
     /// archive's events and rows, without building the events.
     pub fn fixed_identity(&self) -> Option<FixedIdentity> {
-        self.genesis_identity
+        self.state
+            .genesis_identity
             .clone()
-            .or_else(|| identity_of_row0(self.folder.rows()))
+            .or_else(|| identity_of_row0(self.state.folder.rows()))
     }
 
     /// Σ `cost_usd` over all events: [`total_cost_usd`](crate::total_cost_usd()) of
@@ -711,14 +585,14 @@ impl Archive {
     pub fn total_cost_usd(&self) -> f64 {
         self.lines
             .iter()
-            .filter(|l| l.certified)
-            .filter_map(|l| l.cost_usd)
+            .filter(|l| l.meta.certified)
+            .filter_map(|l| l.meta.cost_usd)
             .sum()
     }
 
     /// What a resumed run still has to finish: [`pending`](crate::pending()) of the rows.
     pub fn pending(&self) -> Pending {
-        pending(self.folder.rows())
+        pending(self.state.folder.rows())
     }
 
     /// The seq the next append gets.

@@ -1,23 +1,22 @@
-//! The writer's fast path (`lite` reader, lazy stamps, incremental fold) against the
-//! straightforward one (`serde_json::Value` + `Event::from_json` + `fold`), which `verify`
-//! still uses.
+//! The archive's one reader seen through its two entrances: lines read from bytes
+//! ([`read_line`], what `open`, `append` and `verify` use) and events given as maps
+//! ([`Event::from_line`] + [`fold`], what [`Archive::events`] lists and callers fold); and the
+//! writer's open against the audit on the same files, forged and odd lines included.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use crate::canonical::{hex, sha256_hex};
+use crate::body::read_line;
+use crate::canonical::sha256_hex;
+use crate::chain::{FindingKind, Mode, Receipt, check_log};
 use crate::eligibility::{champion, eligibility, fixed_identity, identity_of_row0};
-use crate::event::{Event, check_stamp, genesis_anchor};
-use crate::fold::{Facts, Folder, Row, fold, pending, total_cost_usd};
+use crate::event::{Event, LoggedEvent, genesis_anchor};
+use crate::fold::{Folded, Row, StampSource, fold, pending, replay, total_cost_usd};
 use crate::keys::ExperimentKey;
-use crate::lite::{FastRead, read_line, read_receipt};
-use crate::log::{Archive, genesis_identity_of, replay_checked};
-use crate::reference;
-use crate::verify::{
-    FastReader, FindingKind, LoggedEvent, Mode, ReadLine, Receipt, ValueReader, check_log, verify,
-};
+use crate::log::Archive;
+use crate::verify::verify;
 
 const EXP: &str = "equiv";
 const AT: &str = "2026-01-31T12:00:00Z";
@@ -329,7 +328,8 @@ fn line_text(rng: &mut Rng, seq: Value, ty: &str, genid: Value, body: &Value) ->
     out
 }
 
-/// Every evaluation's accessors equal the old ones computed from its stamp map.
+/// Every evaluation's accessors (read with the line) equal its stamp map's fields (built
+/// lazily from the line's bytes).
 fn assert_same_accessors(rows: &[Row]) {
     for r in rows {
         for e in r
@@ -338,25 +338,36 @@ fn assert_same_accessors(rows: &[Row]) {
             .chain(&r.anchors)
             .chain(&r.other_evaluations)
         {
+            let s = |k: &str| e.stamp.get(k).and_then(Value::as_str);
+            assert_eq!(e.purpose(), s("purpose"), "{e:?}");
+            assert_eq!(e.outcome(), s("outcome"), "{e:?}");
+            assert_eq!(e.candidate_commit(), s("candidate_commit"), "{e:?}");
+            for f in crate::body::FixedIdentity::FIELDS {
+                assert_eq!(e.identity_field(f), s(f), "{e:?}");
+            }
+            let score = e
+                .stamp
+                .get("score")
+                .filter(|v| v.is_number())
+                .and_then(Value::as_f64);
+            assert_eq!(e.score(), score, "{e:?}");
+            let cost = e
+                .stamp
+                .get("cost_usd")
+                .filter(|v| v.is_number())
+                .and_then(Value::as_f64);
             assert_eq!(
-                reference::new_accessors(e),
-                reference::old_accessors(e),
-                "{e:?}"
+                e.cost_usd(),
+                cost.filter(|c| c.is_finite() && *c >= 0.0).unwrap_or(0.0)
             );
         }
     }
 }
 
-fn rows_of(facts: Facts<'_>) -> Vec<Row> {
-    let mut f = Folder::default();
-    f.apply(facts);
-    f.rows().to_vec()
-}
-
-/// Line by line: whenever the fast reader takes a line, the straightforward reader accepts it
-/// too and both give the same header, facts, rows, stamp problems and extracted fields.
+/// Line by line: whenever a line reads from its bytes, it reads as an event with a map body
+/// too, and both give the same envelope, rows, stamp problems, spend and identity.
 #[test]
-fn fast_reader_agrees_with_value_reader_line_by_line() {
+fn bytes_and_maps_read_the_same_line_by_line() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let bodies: Vec<(&str, Option<&str>, Value)> = vec![
         (
@@ -401,7 +412,7 @@ fn fast_reader_agrees_with_value_reader_line_by_line() {
             json!({"cost_usd": 1.25, "what": [1, {"a": null}]}),
         ),
     ];
-    let (mut fast, mut total) = (0, 0);
+    let (mut read, mut total) = (0, 0);
     for round in 0..12_000u32 {
         let (ty, genid, body) = &bodies[round as usize % bodies.len()];
         let mut body = body.clone();
@@ -424,23 +435,18 @@ fn fast_reader_agrees_with_value_reader_line_by_line() {
         let text = String::from_utf8_lossy(&bytes).into_owned();
         let bytes = &bytes[..];
         total += 1;
-        let straightforward = serde_json::from_slice::<Value>(bytes)
-            .map_err(|e| e.to_string())
-            .and_then(Event::from_json);
-        let l = match read_line(bytes) {
-            FastRead::Event(l) => l,
-            FastRead::Fallback => continue,
-        };
-        fast += 1;
-        let e = straightforward.unwrap_or_else(|err| {
-            panic!("the fast reader took a line the straightforward one refuses ({err}): {text}")
+        let as_map = Event::from_line(bytes);
+        let Ok(l) = read_line(bytes) else { continue };
+        read += 1;
+        let e = as_map.unwrap_or_else(|err| {
+            panic!("a line reads from its bytes but not as a map ({err}): {text}")
         });
         assert_eq!(
             (
-                l.seq,
-                hex(&l.prev),
-                l.event_type.as_ref(),
-                l.genid.as_deref()
+                l.head.seq,
+                crate::canonical::hex(&l.head.prev),
+                l.head.event_type.as_ref(),
+                l.head.genid.as_deref()
             ),
             (
                 e.seq,
@@ -450,84 +456,48 @@ fn fast_reader_agrees_with_value_reader_line_by_line() {
             ),
             "{text}"
         );
-        // Facts, through the fold.
-        let buf = Arc::new(bytes.to_vec());
         let le = LoggedEvent {
             line: 1,
             event: e.clone(),
             sha256: String::new(),
             certified: true,
         };
-        let fast_facts = Facts::of_fast(&l, 1, true, || (buf.clone(), 0..buf.len()));
-        let slow_facts = Facts::of_event(&le);
-        assert_eq!(fast_facts.cost_usd, slow_facts.cost_usd, "{text}");
-        let (fast_rows, slow_rows) = (rows_of(fast_facts), rows_of(slow_facts));
-        let oracle = reference::fold(std::slice::from_ref(&le));
-        assert_eq!(fast_rows, oracle, "{text}");
-        assert_eq!(slow_rows, oracle, "{text}");
-        assert_same_accessors(&fast_rows);
-        if e.event_type == "evaluation" {
+        assert_eq!(
+            l.body.cost_usd().map(f64::to_bits),
+            Some(total_cost_usd(std::slice::from_ref(&le)).to_bits())
+                .filter(|_| l.body.cost_usd().is_some()),
+            "{text}"
+        );
+        if let crate::body::Body::Evaluation(ev) = &l.body {
             assert_eq!(
-                check_stamp(e.genid.as_deref(), &e.body),
-                reference::check_stamp(e.genid.as_deref(), &e.body),
+                ev.problems,
+                crate::body::check_stamp(e.genid.as_deref(), &e.body),
                 "{text}"
             );
         }
-        // The genesis event's identity, and the envelope check of the writer.
+        let buf = Arc::new(bytes.to_vec());
+        let mut folded = Folded::default();
+        folded.apply_line(l, 1, true, || StampSource::Line(buf.clone(), 0..buf.len()));
+        let rows = fold(std::slice::from_ref(&le));
+        assert_eq!(folded.folder.rows(), &rows[..], "{text}");
+        assert_same_accessors(&rows);
+        assert_same_accessors(folded.folder.rows());
         assert_eq!(
-            genesis_identity_of(&ReadLine::Fast(l)),
-            genesis_identity_of(&ReadLine::Slow(e)),
+            folded
+                .genesis_identity
+                .clone()
+                .or_else(|| identity_of_row0(&rows)),
+            fixed_identity(std::slice::from_ref(&le), &rows),
             "{text}"
         );
     }
-    // The fast path is exercised, and so is the fallback.
-    println!("fast path taken for {fast} of {total} lines");
-    assert!(fast > total / 4 && fast < total, "{fast} of {total}");
+    // Both outcomes are exercised: lines that read, and lines that do not.
+    println!("{read} of {total} lines read");
+    assert!(read > total / 4 && read < total, "{read} of {total}");
 }
-
-#[test]
-fn fast_receipt_reader_agrees_with_receipt_from_value() {
-    let mut rng = Rng(77);
-    let base = json!({"event_sha256": "a".repeat(64), "key_id": key().key_id(), "seq": 3, "sig": "b".repeat(128)});
-    let mut fast = 0;
-    for _ in 0..3000 {
-        let mut v = base.clone();
-        for _ in 0..rng.below(3) {
-            mutate(&mut v, &mut rng, 0);
-        }
-        let mut text = String::new();
-        emit(&v, &mut rng, &mut text);
-        let slow = serde_json::from_str::<Value>(&text)
-            .map_err(|e| e.to_string())
-            .and_then(|v| Receipt::from_value(&v));
-        if let Some(r) = read_receipt(text.as_bytes()) {
-            fast += 1;
-            let s = slow.unwrap_or_else(|e| panic!("{e}: {text}"));
-            assert_eq!(
-                (
-                    r.seq,
-                    r.event_sha256.as_ref(),
-                    r.key_id.as_ref(),
-                    r.sig.as_ref()
-                ),
-                (
-                    s.seq,
-                    s.event_sha256.as_str(),
-                    s.key_id.as_str(),
-                    s.sig.as_str()
-                ),
-                "{text}"
-            );
-        }
-    }
-    assert!(fast > 100, "{fast}");
-}
-
-// ---------------------------------------------------------------------------------------------
-// Whole archives.
 
 fn canon(v: &Value) -> String {
-    String::from_utf8(crate::canonical_bytes(v)).unwrap_or_default()
+    String::from_utf8(crate::canonical::canonical_bytes(v)).unwrap_or_default()
 }
 
 /// Writes archive lines and receipts directly (any bytes, signed or not).
@@ -609,48 +579,22 @@ fn assert_same_view(arch: &[u8], rec: &[u8], tags: &HashMap<String, String>) {
     let public = key().public();
     let report = verify(&ap, &rp, &public, &lookup, None);
 
-    // The fast path, with every signature checked like `verify` does.
+    // The writer's reading (no canonical-form check), with every signature checked like
+    // `verify` does; and the same lines as maps, folded.
     let buf = Arc::new(arch.to_vec());
-    let check = check_log(
-        &buf,
-        rec,
-        &public,
-        &FastReader { experiment: EXP },
-        Mode::Full,
-    );
-    let slow = check_log(
-        &buf,
-        rec,
-        &public,
-        &ValueReader {
-            experiment: EXP,
-            check_canonical: false,
-        },
-        Mode::Full,
-    );
-    assert_eq!(check.findings, slow.findings);
-    let value_events: Vec<LoggedEvent> = slow
+    let check = check_log(&buf, rec, &public, false, Mode::Full);
+    let value_events: Vec<LoggedEvent> = check
         .events
-        .into_iter()
+        .iter()
         .map(|c| LoggedEvent {
             line: c.line,
-            event: c.item,
-            sha256: hex(&c.sha256),
+            event: Event::from_line(&buf[c.range.clone()]).unwrap_or_else(|e| panic!("{e}")),
+            sha256: crate::canonical::hex(&c.sha256),
             certified: c.certified,
         })
         .collect();
-    let oracle = reference::fold(&value_events);
-    assert_eq!(fold(&value_events), oracle);
-    assert_eq!(report.rows, oracle);
-    for e in value_events.iter().filter(|e| e.certified) {
-        if e.event.event_type == "evaluation" {
-            assert_eq!(
-                check_stamp(e.event.genid.as_deref(), &e.event.body),
-                reference::check_stamp(e.event.genid.as_deref(), &e.event.body)
-            );
-        }
-    }
-    let non_canonical = |f: &&crate::Finding| f.kind != FindingKind::NotCanonical;
+    assert_eq!(fold(&value_events), report.rows);
+    let non_canonical = |f: &&crate::chain::Finding| f.kind != FindingKind::NotCanonical;
     let report_structural: Vec<_> = report
         .findings
         .iter()
@@ -669,7 +613,7 @@ fn assert_same_view(arch: &[u8], rec: &[u8], tags: &HashMap<String, String>) {
         .cloned()
         .collect();
     assert_eq!(check.findings, report_structural);
-    let replayed = replay_checked(check.events, &buf, false);
+    let (_, replayed) = replay(check.events, &buf, false);
     let rows = replayed.folder.rows();
     assert_eq!(rows, &report.rows[..]);
     assert_same_accessors(rows);
@@ -774,14 +718,14 @@ fn realistic(generations: u64) -> (RawArchive, HashMap<String, String>) {
 }
 
 #[test]
-fn fast_path_matches_verify_on_a_realistic_archive_with_forgeries() {
+fn open_and_verify_read_the_same_on_a_realistic_archive_with_forgeries() {
     let (mut a, mut tags) = realistic(60);
     // An intact archive first.
     let (arch, rec) = a.bytes();
     assert_same_view(&arch, &rec, &tags);
 
-    // Signed but unusual lines: duplicate keys, escapes and whitespace (the fast reader falls
-    // back for them), an invalid stamp, a non-canonical but valid one.
+    // Signed but unusual lines: a key given twice (malformed), escapes and whitespace, an
+    // invalid stamp, a non-canonical but valid one.
     let mut odd = stamp("61", Some("2"), "candidate", 5, 4);
     odd["score"] = json!(0.123);
     let odd_text = serde_json::to_string_pretty(&odd)
@@ -888,7 +832,6 @@ fn writer_state_matches_a_refold_after_open_and_appends() {
     let check = |w: &Archive| {
         let events = w.events();
         let rows = fold(events);
-        assert_eq!(rows, reference::fold(events));
         assert_same_accessors(w.rows_cached());
         assert_eq!(w.rows_cached(), &rows[..]);
         assert_eq!(w.rows(), rows);
