@@ -339,7 +339,7 @@ fn warn_without_bubblewrap() {
         .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("bwrap").is_file()));
     if !on_path {
         println!(
-            "cargo::warning=bubblewrap (bwrap) is not installed: `evolve demo` and local-engine runs will refuse to start until it is (Debian/Ubuntu: apt-get install bubblewrap)"
+            "cargo::warning=bubblewrap (bwrap) is not installed: the demo runs without it, but a local-engine run of an agent of your own will refuse to start until it is (Debian/Ubuntu: apt-get install bubblewrap)"
         );
     }
 }

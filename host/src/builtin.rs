@@ -1,7 +1,9 @@
 //! The operator library and the built-in seeds, embedded in the binary by `build.rs`.
 
+use evaluator_harbor::engine::local::FrameworkCode;
 use std::io;
 use std::path::Path;
+use std::sync::{Arc, OnceLock};
 
 /// A library operator's component.
 #[derive(Debug, Clone, Copy)]
@@ -85,6 +87,44 @@ impl SeedFile {
     fn parts(&self) -> (&str, bool, &[u8]) {
         (self.path, self.executable, self.bytes)
     }
+}
+
+/// The agent components and tasks of every built-in seed, as the local engine recognises
+/// them: a trial made only of these runs no code a candidate can change, so it may run
+/// where bubblewrap is missing (`evaluator_harbor::engine::local::FrameworkCode`).
+pub fn framework_code() -> Arc<FrameworkCode> {
+    static CODE: OnceLock<Arc<FrameworkCode>> = OnceLock::new();
+    CODE.get_or_init(|| {
+        let mut code = FrameworkCode::default();
+        for seed in SEEDS {
+            code.agent_components.extend(
+                seed.target
+                    .iter()
+                    .filter(|f| f.path.ends_with(".wasm"))
+                    .map(|f| evaluator_harbor::digest::sha256_prefixed(f.bytes)),
+            );
+            for task in seed.task_names() {
+                let prefix = format!("{task}/");
+                let files = seed.tasks.iter().filter_map(|f| {
+                    let rel = f.path.strip_prefix(&prefix)?;
+                    Some((rel, f.executable, f.bytes))
+                });
+                if let Ok(digest) = evaluator_harbor::digest::files_digest(files) {
+                    code.tasks.insert(digest);
+                }
+            }
+        }
+        Arc::new(code)
+    })
+    .clone()
+}
+
+/// Whether a recipe's trials can be made only of built-in code: its target is a built-in
+/// seed and its task set a built-in one. (Each trial is still checked byte for byte: a
+/// candidate that changed its agent component is refused without bubblewrap.)
+pub fn recipe_ships_its_trials(target_seed: Option<&str>, dataset: &str) -> bool {
+    target_seed.is_some_and(|s| seed(s).is_some())
+        && seed(dataset).is_some_and(|s| !s.tasks.is_empty())
 }
 
 /// Write `(path, executable, bytes)` files under `dir` (parents created), mode 0755 or

@@ -458,32 +458,63 @@ fn ctrl_c_during_mutate_discards_the_fork_and_the_next_run_starts_the_child_agai
     assert_eq!(selects, 1, "the archived select decision is reused");
 }
 
-/// A machine that cannot contain a local trial gets one clear error before anything is
-/// made: no workspace, no key, and never an unconfined run.
+/// A machine that cannot contain a local trial (no bubblewrap) runs the offline demo, whose
+/// trials are built-in code only, and says so; an agent of the user's own gets one clear
+/// error before anything is made: no workspace, no key, and never an unconfined run.
 #[test]
-fn without_a_sandbox_demo_and_init_stop_before_making_anything() {
+fn without_a_sandbox_the_demo_runs_and_an_own_agent_is_refused_before_anything_is_made() {
     let e = scratch();
-    for args in [
-        &["demo", "fresh-demo"][..],
-        &["init", "fresh-init", "--recipe", "local_demo"],
-    ] {
-        let out = e
-            .evolve(args)
-            .env("EVOLVE_LOCAL_NO_BWRAP", "1")
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-        let err = stderr(&out);
-        assert!(err.contains("bubblewrap"), "{err}");
-        assert!(err.contains("apt-get install bubblewrap"), "{err}");
-        assert!(err.contains("unconfined_trials"), "{err}");
-        assert!(
-            !e.root().join(args[1]).exists(),
-            "{args:?} made a workspace"
-        );
+    let demo = e
+        .evolve(&["demo", "fresh-demo"])
+        .env("EVOLVE_LOCAL_NO_BWRAP", "1")
+        .output()
+        .unwrap();
+    assert_eq!(demo.status.code(), Some(0), "{}", text(&demo));
+    assert!(
+        stderr(&demo).contains("bubblewrap is not installed"),
+        "{}",
+        text(&demo)
+    );
+    // Every trial says how it ran: on the host, as framework code.
+    let results: Vec<String> = walk(&e.root().join("fresh-demo/runs"))
+        .into_iter()
+        .filter(|p| {
+            p.ends_with("result.json") && p.parent().unwrap().parent().unwrap().ends_with("trials")
+        })
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect();
+    assert!(!results.is_empty(), "no trial results found");
+    for r in &results {
+        assert!(r.contains("\"unconfined:framework_code\""), "{r}");
     }
+    let keys_before = std::fs::read_dir(&e.keys).map(|d| d.count()).unwrap_or(0);
+    // The scratch recipe's target is a command agent of the user's own.
+    let init = e
+        .evolve(&["init", "fresh-init", "--recipe", "recipe.yaml"])
+        .env("EVOLVE_LOCAL_NO_BWRAP", "1")
+        .output()
+        .unwrap();
+    assert_eq!(init.status.code(), Some(2), "{}", text(&init));
+    let err = stderr(&init);
+    assert!(err.contains("apt-get install bubblewrap"), "{err}");
+    assert!(err.contains("unconfined_trials"), "{err}");
+    assert!(!e.root().join("fresh-init").exists(), "init made a workspace");
     let keys = std::fs::read_dir(&e.keys).map(|d| d.count()).unwrap_or(0);
-    assert_eq!(keys, 0, "a key was made for a workspace that cannot run");
+    assert_eq!(keys, keys_before, "a key was made for a workspace that cannot run");
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = entry.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }
 
 /// Processes whose command line starts with `name` (argv[0] as `exec -a` set it).

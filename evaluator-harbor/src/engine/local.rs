@@ -16,8 +16,9 @@
 //! Only on an explicit opt-in ([`LocalEngine::unconfined`]) does a trial run on the host, with
 //! the virtual paths rewritten to the trial's folders in scripts and environment values.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -47,6 +48,9 @@ pub struct LocalEngine {
     /// opt-in (the recipe's `evaluator.unconfined_trials`, `--unconfined`), and recorded in
     /// each trial's isolation and in the workspace's runtime fingerprint.
     pub unconfined: bool,
+    /// The code the framework ships. Where bubblewrap is missing, a trial made only of it
+    /// runs without the jail (see [`FrameworkCode`]); any other trial is refused.
+    pub framework: Option<Arc<FrameworkCode>>,
 }
 
 impl Default for LocalEngine {
@@ -55,7 +59,44 @@ impl Default for LocalEngine {
             output_cap: DEFAULT_OUTPUT_CAP,
             always_deny_network: false,
             unconfined: false,
+            framework: None,
         }
+    }
+}
+
+/// The agent components and tasks the framework itself ships (the built-in seeds).
+///
+/// The jail exists for code the candidate can change: a command agent, and a verifier
+/// that could be led to run what such an agent wrote. A trial whose agent is a shipped
+/// WASI component (contained by wasmtime; it writes only through its preopens) and whose
+/// task is a shipped task, byte for byte, runs no such code. So where bubblewrap is
+/// missing, that trial alone may run on the host (scripts see their paths rewritten, as
+/// with `unconfined`), recorded in its isolation as `unconfined:framework_code`. This is
+/// what lets the offline demo run on a machine without bubblewrap.
+#[derive(Debug, Clone, Default)]
+pub struct FrameworkCode {
+    /// `sha256:` digests of the shipped agent components' bytes.
+    pub agent_components: BTreeSet<String>,
+    /// Task digests ([`crate::digest::task_digest`]) of the shipped tasks.
+    pub tasks: BTreeSet<String>,
+}
+
+impl FrameworkCode {
+    /// Whether every program of this trial is shipped framework code.
+    fn runs_only(&self, req: &TrialRequest) -> bool {
+        let agent = match req.agent.as_ref() {
+            // The oracle runs the task's own solution: shipped when the task is.
+            AgentSpec::Oracle => true,
+            AgentSpec::Target(m) => match &m.entry {
+                AgentEntry::Component { bytes, .. } => self
+                    .agent_components
+                    .contains(&crate::digest::sha256_prefixed(bytes)),
+                AgentEntry::Command(_) => false,
+            },
+        };
+        agent
+            && crate::digest::task_digest(&req.task.dir)
+                .is_ok_and(|d| self.tasks.contains(&d))
     }
 }
 
@@ -401,7 +442,9 @@ enum Mode {
         bwrap: &'static Bubblewrap,
         user: SandboxUser,
     },
-    Unconfined,
+    /// On the host: by the user's opt-in, or (`framework_only`) a trial made only of
+    /// shipped code where bubblewrap is missing ([`FrameworkCode`]).
+    Unconfined { framework_only: bool },
 }
 
 /// The per-trial facts every phase shares.
@@ -506,7 +549,7 @@ impl Trial<'_> {
                 }),
                 bwrap,
             },
-            Mode::Unconfined => Confinement::Unconfined,
+            Mode::Unconfined { .. } => Confinement::Unconfined,
         };
         let spec = PhaseSpec {
             argv: p.argv,
@@ -547,22 +590,38 @@ impl LocalEngine {
                     "user_namespace".into()
                 },
             },
-            Mode::Unconfined => Isolation {
+            Mode::Unconfined { framework_only } => Isolation {
                 network: "host".into(),
                 processes: "process_group+proc_scan".into(),
-                filesystem: "unconfined".into(),
+                filesystem: if *framework_only {
+                    "unconfined:framework_code"
+                } else {
+                    "unconfined"
+                }
+                .into(),
                 user: "host".into(),
             },
         }
     }
 
-    fn mode(&self) -> Result<Mode, Error> {
+    fn mode(&self, req: &TrialRequest) -> Result<Mode, Error> {
         if self.unconfined {
-            return Ok(Mode::Unconfined);
+            return Ok(Mode::Unconfined {
+                framework_only: false,
+            });
         }
-        let bwrap = bubblewrap().map_err(unavailable)?;
-        let user = SandboxUser::lease(bwrap.privileged())?;
-        Ok(Mode::Contained { bwrap, user })
+        match bubblewrap() {
+            Ok(bwrap) => {
+                let user = SandboxUser::lease(bwrap.privileged())?;
+                Ok(Mode::Contained { bwrap, user })
+            }
+            Err(_) if self.framework.as_ref().is_some_and(|f| f.runs_only(req)) => {
+                Ok(Mode::Unconfined {
+                    framework_only: true,
+                })
+            }
+            Err(why) => Err(unavailable(why)),
+        }
     }
 
     async fn trial(&self, req: &TrialRequest) -> Result<TrialResult, Error> {
@@ -576,7 +635,7 @@ impl LocalEngine {
             .hint("run it with --engine docker or --engine harbor"));
         }
         let deny_net = self.always_deny_network || !task.config.network_allowed();
-        let mode = self.mode()?;
+        let mode = self.mode(req)?;
         // Absolute: the jail's binds (and an unconfined trial's rewritten scripts) name
         // these folders from another working directory (`tasks run --out out`).
         let trial_dir = std::path::absolute(&req.trial_dir)
@@ -953,5 +1012,62 @@ impl Engine for LocalEngine {
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::AgentManifest;
+
+    fn request(task: &Path, agent: AgentSpec) -> TrialRequest {
+        TrialRequest {
+            task: Arc::new(Task::load(task).unwrap()),
+            repetition: 0,
+            agent: Arc::new(agent),
+            trial_dir: task.join("unused"),
+        }
+    }
+
+    fn component_agent(dir: &Path, bytes: &[u8]) -> AgentSpec {
+        AgentSpec::Target(AgentManifest {
+            dir: dir.to_path_buf(),
+            entry: AgentEntry::Component {
+                path: "agent.wasm".into(),
+                bytes: Arc::new(bytes.to_vec()),
+            },
+            env: BTreeMap::new(),
+        })
+    }
+
+    /// Without bubblewrap only a trial made wholly of shipped code may run: a changed
+    /// agent component, a command agent or an edited task is not.
+    #[test]
+    fn framework_code_is_recognised_byte_for_byte() {
+        let tmp = tempfile::tempdir().unwrap();
+        let task = tmp.path().join("t");
+        std::fs::create_dir_all(task.join("tests")).unwrap();
+        std::fs::write(task.join("task.toml"), "version = \"1.0\"\n").unwrap();
+        std::fs::write(task.join("instruction.md"), "Answer.\n").unwrap();
+        std::fs::write(task.join("tests/test.sh"), "#!/bin/sh\n").unwrap();
+        let shipped = b"\0asm shipped agent";
+        let code = FrameworkCode {
+            agent_components: [crate::digest::sha256_prefixed(shipped)].into(),
+            tasks: [crate::digest::task_digest(&task).unwrap()].into(),
+        };
+        let agent_dir = tmp.path().join("agent");
+        assert!(code.runs_only(&request(&task, component_agent(&agent_dir, shipped))));
+        assert!(code.runs_only(&request(&task, AgentSpec::Oracle)));
+        let evolved = component_agent(&agent_dir, b"\0asm evolved agent");
+        assert!(!code.runs_only(&request(&task, evolved)));
+        let command = AgentSpec::Target(AgentManifest {
+            dir: agent_dir.clone(),
+            entry: AgentEntry::Command(vec!["./agent.sh".into()]),
+            env: BTreeMap::new(),
+        });
+        assert!(!code.runs_only(&request(&task, command)));
+        std::fs::write(task.join("tests/test.sh"), "#!/bin/sh\nrun-what-the-agent-wrote\n")
+            .unwrap();
+        assert!(!code.runs_only(&request(&task, AgentSpec::Oracle)));
     }
 }

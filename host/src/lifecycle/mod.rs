@@ -228,20 +228,19 @@ impl Notes {
 /// Make the engine the workspace's frozen configuration names. A local engine that cannot
 /// contain its trials (and was not told to run them unconfined) fails here, before any
 /// generation spends budget.
-pub async fn make_engine(config: &crate::workspace::EngineConfig) -> Result<Arc<dyn Engine>> {
-    use evaluator_harbor::engine::{
-        contain, docker::DockerEngine, harbor::HarborEngine, local::LocalEngine,
-    };
+pub async fn make_engine(
+    config: &crate::workspace::EngineConfig,
+    recipe: &Recipe,
+) -> Result<Arc<dyn Engine>> {
+    use evaluator_harbor::engine::{docker::DockerEngine, harbor::HarborEngine, local::LocalEngine};
     Ok(match config.engine.as_str() {
         "local" => {
-            if !config.unconfined_trials
-                && let Err(why) = contain::bubblewrap()
-            {
-                let e = contain::unavailable(why);
-                return Err(RunError::new(e.message).hint(e.hint.unwrap_or_default()));
-            }
+            config
+                .refuse_uncontainable(recipe)
+                .map_err(|e| RunError::new(e.message).hint(e.hint.unwrap_or_default()))?;
             Arc::new(LocalEngine {
                 unconfined: config.unconfined_trials,
+                framework: Some(crate::builtin::framework_code()),
                 ..LocalEngine::default()
             })
         }
@@ -338,7 +337,7 @@ impl Driver {
             surface.includes_dir(layout::OPERATORS_DIR),
         );
         stages.progress = progress.clone();
-        let engine = make_engine(&ws.engine).await?;
+        let engine = make_engine(&ws.engine, &ws.recipe).await?;
         reconcile_model_spend(&ws, &mut archive)?;
         let model = model_client(&ws.recipe)?;
         if let Some(client) = &model {
@@ -442,6 +441,7 @@ impl Driver {
             .max(1);
         self.progress.install(&opts.progress);
         self.report_state(&self.state());
+        self.note_framework_only_trials();
         self.probe_model().await?;
         self.ensure_genesis().await?;
         let mut status = "complete".to_string();
@@ -516,6 +516,20 @@ impl Driver {
         let state = self.state();
         self.write_champion_cache(&state);
         Ok(self.summary(&state, status, max_gen))
+    }
+
+    /// Where bubblewrap is missing, a local run goes ahead only when its trials are all
+    /// built-in code (`EngineConfig::refuse_uncontainable`): say that they run on the host.
+    fn note_framework_only_trials(&self) {
+        let engine = &self.ws.engine;
+        if engine.engine == "local"
+            && !engine.unconfined_trials
+            && evaluator_harbor::engine::contain::bubblewrap().is_err()
+        {
+            self.say(
+                "note: bubblewrap is not installed, and this recipe's trials are the built-in seed's agent component and tasks (framework code only), so they run without the sandbox; an agent of your own needs it (Debian/Ubuntu: apt-get install bubblewrap)",
+            );
+        }
     }
 
     /// Ask the model provider once, before generation 1 spends anything, whether it is

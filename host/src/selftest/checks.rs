@@ -243,7 +243,7 @@ pub fn evaluate_outside_the_run(
         .build()
         .map_err(|e| format!("cannot start a runtime: {e}"))?;
     let engine = rt
-        .block_on(crate::lifecycle::make_engine(&ws.engine))
+        .block_on(crate::lifecycle::make_engine(&ws.engine, &ws.recipe))
         .map_err(|e| e.what)?;
     Ok(rt.block_on(evaluate(ws, engine, &req)))
 }

@@ -60,18 +60,10 @@ pub struct Initialized {
 /// A local engine that cannot contain its trials could never run this experiment: say so
 /// before a workspace and a key are made for it (probed once per process, started early in
 /// [`init`]; a probe still running is waited for).
-fn refuse_uncontainable(engine: &EngineConfig) -> Result<()> {
-    use evaluator_harbor::engine::contain;
-    if engine.engine != "local" || engine.unconfined_trials {
-        return Ok(());
-    }
-    match contain::bubblewrap() {
-        Ok(_) => Ok(()),
-        Err(why) => {
-            let e = contain::unavailable(why);
-            Err(err(e.message).hint(e.hint.unwrap_or_default()))
-        }
-    }
+fn refuse_uncontainable(engine: &EngineConfig, recipe: &Recipe) -> Result<()> {
+    engine
+        .refuse_uncontainable(recipe)
+        .map_err(|e| err(e.message).hint(e.hint.unwrap_or_default()))
 }
 
 pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
@@ -124,7 +116,7 @@ pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
         );
     }
     let engine = EngineConfig::from_recipe(&recipe);
-    refuse_uncontainable(&engine)?;
+    refuse_uncontainable(&engine, &recipe)?;
     let task_set = add_evaluator(&recipe, &engine, tasks, &mut files)?;
     add_operators(
         &recipe,

@@ -39,6 +39,31 @@ pub struct EngineConfig {
     pub unconfined_trials: bool,
 }
 
+impl EngineConfig {
+    /// A local engine that cannot contain its trials can run only a recipe whose trials
+    /// are all built-in code (`builtin::framework_code`: the built-in seeds' agent
+    /// components and tasks); any other is refused before anything is made or spent.
+    /// bubblewrap is probed once per process.
+    pub fn refuse_uncontainable(
+        &self,
+        recipe: &crate::recipe::Recipe,
+    ) -> std::result::Result<(), evaluator_harbor::Error> {
+        use evaluator_harbor::engine::contain;
+        if self.engine != "local" || self.unconfined_trials {
+            return Ok(());
+        }
+        let built_in = crate::builtin::recipe_ships_its_trials(
+            recipe.target.seed.as_deref(),
+            &recipe.evaluator.dataset,
+        );
+        match contain::bubblewrap() {
+            Ok(_) => Ok(()),
+            Err(_) if built_in => Ok(()),
+            Err(why) => Err(contain::unavailable(why)),
+        }
+    }
+}
+
 pub const ENGINE_SCHEMA: &str = "evolve.engine.v1";
 
 impl EngineConfig {
