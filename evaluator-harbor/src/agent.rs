@@ -164,8 +164,17 @@ impl AgentManifest {
         })?;
         let text = String::from_utf8(text)
             .map_err(|_| invalid(format!("{file} is not UTF-8 text"), &file))?;
-        let raw: RawManifest = toml::from_str(&text)
-            .map_err(|e| invalid(format!("malformed agent.toml: {}", e.message()), &file))?;
+        let raw: RawManifest = toml::from_str(&text).map_err(|e| {
+            // The line and column, and the line with carets under what is wrong.
+            let located = crate::task::toml_error(&file, &text, Path::new(&file), &e);
+            Error {
+                kind: ErrorKind::InvalidAgent,
+                location: located
+                    .location
+                    .map(|l| format!("{l} in the agent directory")),
+                ..located
+            }
+        })?;
         let entry = match (raw.command, raw.component) {
             (Some(mut cmd), None) => {
                 match cmd.first() {

@@ -447,6 +447,17 @@ async fn invalid_agent_is_candidate_invalid() {
         AgentManifest::load(&d).unwrap_err().kind,
         evaluator_harbor::ErrorKind::InvalidAgent
     );
+    // Malformed TOML is located, and its line shown with carets under the value.
+    std::fs::write(d.join("agent.toml"), "# mine\ncommand = \"./agent.sh\"\n").unwrap();
+    let e = AgentManifest::load(&d).unwrap_err();
+    assert_eq!(e.kind, evaluator_harbor::ErrorKind::InvalidAgent);
+    assert!(
+        e.to_string().starts_with("malformed agent.toml: ")
+            && e.to_string().ends_with(
+                "(agent.toml:2:11 in the agent directory)\n  2 | command = \"./agent.sh\"\n    |           ^^^^^^^^^^^^"
+            ),
+        "{e}"
+    );
     // A shipped program that is missing is refused when the manifest loads.
     std::fs::write(d.join("agent.toml"), "command = [\"./does-not-exist\"]\n").unwrap();
     assert_eq!(
