@@ -155,3 +155,35 @@ pub fn line_column(text: &str, at: usize) -> (usize, usize) {
 impl std::error::Error for Error {}
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_excerpt_shows_the_line_and_carets_under_the_column() {
+        let text = "a = 1\n\tb = \"x\"\n";
+        assert_eq!(excerpt(text, 2, 6, 3), "  2 | \tb = \"x\"\n    | \t    ^^^");
+        // A position past the text (an error at the end of the input) shows nothing.
+        assert_eq!(excerpt(text, 9, 1, 1), "");
+        // A column past the line's end points just after it.
+        assert_eq!(excerpt("ab", 1, 80, 1), "  1 | ab\n    |   ^");
+        // A long line is shown from a little before the column, at most 100 characters.
+        let long = "x".repeat(300);
+        let shown = excerpt(&long, 1, 200, 1);
+        let first = shown.lines().next().unwrap();
+        assert_eq!(first.len(), "  1 | ".len() + EXCERPT_WIDTH);
+        assert!(shown.ends_with(&format!("{}^", " ".repeat(EXCERPT_WIDTH / 2 - 1))));
+        assert_eq!(line_column("ab\ncé\nd", 5), (2, 2));
+        assert_eq!(line_column("ab", 99), (1, 3));
+    }
+
+    #[test]
+    fn a_multi_line_message_has_its_location_on_the_first_line() {
+        let e = Error::invalid_task("bad value\n  2 | x = y\n    |     ^").at("t.toml:2:5");
+        assert_eq!(
+            e.to_string(),
+            "bad value (t.toml:2:5)\n  2 | x = y\n    |     ^"
+        );
+    }
+}

@@ -180,8 +180,12 @@ pub fn toml_error(name: &str, text: &str, origin: &Path, e: &toml::de::Error) ->
                 .get(span.start..span.end.min(text.len()))
                 .map_or(1, |s| s.split('\n').next().unwrap_or("").chars().count());
             let shown = crate::error::excerpt(text, line, column, width);
-            Error::invalid_task(format!("{message}\n{shown}"))
-                .at(format!("{}:{line}:{column}", origin.display()))
+            let message = if shown.is_empty() {
+                message
+            } else {
+                format!("{message}\n{shown}")
+            };
+            Error::invalid_task(message).at(format!("{}:{line}:{column}", origin.display()))
         }
         None => Error::invalid_task(message).at_path(origin),
     }

@@ -459,10 +459,10 @@ fn yaml_error(text: &str, e: &serde_yaml::Error) -> String {
     } else {
         format!("{what} at {position}")
     };
-    format!(
-        "is not valid YAML: {located}\n{}",
-        evaluator_harbor::error::excerpt(text, line, column, 1)
-    )
+    match evaluator_harbor::error::excerpt(text, line, column, 1) {
+        shown if shown.is_empty() => format!("is not valid YAML: {located}"),
+        shown => format!("is not valid YAML: {located}\n{shown}"),
+    }
 }
 
 /// Parse and check a recipe's text, without running any operator.
