@@ -238,10 +238,10 @@ fn describe(spec: &str, json_out: bool) -> CliResult {
 fn capability_list(stage: Stage) -> String {
     let caps = sandbox::granted_capabilities(stage);
     if caps.is_empty() {
-        "no host capabilities".into()
-    } else {
-        caps.join(", ")
+        return "no host capabilities".into();
     }
+    let names: Vec<&str> = caps.iter().map(|c| c.name()).collect();
+    names.join(", ")
 }
 
 fn print_schema(schema: &Value) {

@@ -4,7 +4,7 @@
 
 use super::{ModelClient, ModelConfig};
 use crate::recipe::{Recipe, resolve_operator};
-use crate::sandbox::{Sandbox, granted_capabilities, parse_stage};
+use crate::sandbox::{Capability, Sandbox, granted_capabilities, parse_stage};
 use serde_json::Value;
 use std::path::Path;
 
@@ -43,12 +43,12 @@ pub fn stages_calling_model(sb: &Sandbox, recipe: &Recipe, base: &Path) -> Vec<S
         .iter()
         .filter_map(|(stage_text, binding)| {
             let stage = parse_stage(stage_text)?;
-            if !granted_capabilities(stage).contains(&"model") {
+            if !granted_capabilities(stage).contains(&Capability::Model) {
                 return None;
             }
             let op = resolve_operator(sb, stage, &binding.operator, base).ok()?;
             op.imported_capabilities()
-                .contains(&"model")
+                .contains(&Capability::Model)
                 .then(|| format!("operators.{stage_text} ({})", binding.operator))
         })
         .collect()

@@ -1,11 +1,12 @@
-//! Host-side bindings, generated from the `host-view` world: the union of every stage
-//! world, so all stages share one set of Rust types. A component is never instantiated
-//! as `host-view`; the sandbox looks up only the bound stage's interfaces in it (see
-//! `invoke.rs`), after `contract.rs` has checked exports and imports.
+//! Host-side bindings, generated from the host-only `host-view` world
+//! (`host-view.wit`, next to this file): the union of every stage world of `wit/`, so
+//! all stages share one set of Rust types. A component is never instantiated as
+//! `host-view`; the sandbox looks up only the bound stage's interfaces in it (see
+//! `invoke` in `mod.rs`), after `contract.rs` has checked exports and imports.
 
 wasmtime::component::bindgen!({
-    world: "host-view",
-    path: "../wit",
+    world: "evolve:host/host-view",
+    path: ["../wit", "src/sandbox/host-view.wit"],
     imports: { default: async },
     exports: { default: async },
 });

@@ -3,9 +3,11 @@
 //! Checked before anything of the component runs: it must be a component (not a core
 //! module), export `meta` and the stage's interface of this contract version, and
 //! import nothing but WASI, the contract's types and the capabilities the stage's world
-//! grants. Every refusal names what is wrong in terms an operator author can act on.
+//! grants (its row of `worlds.rs`). Every refusal names what is wrong in terms an
+//! operator author can act on.
 
 use super::bindings::types::Stage;
+use super::worlds::{self, Capability, WORLDS};
 use std::fmt;
 use wasmtime::Engine;
 use wasmtime::component::Component;
@@ -97,37 +99,24 @@ pub fn parse_stage(name: &str) -> Option<Stage> {
     ALL_STAGES.into_iter().find(|s| stage_name(*s) == name)
 }
 
-/// Every world a component may export: the lifecycle stages plus, last (so that
-/// [`ALL_STAGES`] is its prefix), the agent driver, which no recipe binds (`evolve run
-/// --driver`, docs/driver.md).
-pub const ALL_WORLDS: [Stage; 10] = [
-    Stage::Select,
-    Stage::Rollout,
-    Stage::Analyze,
-    Stage::Mutate,
-    Stage::Validate,
-    Stage::Novelty,
-    Stage::Gate,
-    Stage::Record,
-    Stage::Reflect,
-    Stage::Driver,
-];
+/// Every world a component may export, in the order of [`WORLDS`]: the lifecycle
+/// stages plus, last (so that [`ALL_STAGES`] is its prefix), the agent driver, which no
+/// recipe binds (`evolve run --driver`, docs/driver.md).
+pub const ALL_WORLDS: [Stage; WORLDS.len()] = {
+    let mut stages = [Stage::Select; WORLDS.len()];
+    let mut i = 0;
+    while i < stages.len() {
+        stages[i] = WORLDS[i].stage;
+        i += 1;
+    }
+    stages
+};
 
 const _: () = assert!(matches!(ALL_WORLDS[ALL_WORLDS.len() - 1], Stage::Driver));
 
 /// A lifecycle stage or `driver`, by name (for author tooling).
 pub fn parse_world(name: &str) -> Option<Stage> {
     ALL_WORLDS.into_iter().find(|s| stage_name(*s) == name)
-}
-
-/// The host capabilities a stage's world imports.
-pub fn granted_capabilities(stage: Stage) -> &'static [&'static str] {
-    match stage {
-        Stage::Rollout | Stage::Validate => &["tasks"],
-        Stage::Analyze | Stage::Reflect | Stage::Driver => &["model"],
-        Stage::Mutate => &["model", "tasks"],
-        Stage::Select | Stage::Novelty | Stage::Gate | Stage::Record => &[],
-    }
 }
 
 /// Check the header before handing bytes to the compiler, so a core module gets the
@@ -222,16 +211,17 @@ fn check_import(name: &str, stage: Stage) -> Result<(), ContractError> {
             found: format!("{PACKAGE}@{version}"),
         });
     }
-    if iface == "types" || granted_capabilities(stage).contains(&iface) {
+    if iface == "types" {
         return Ok(());
     }
-    if ["model", "tasks"].contains(&iface) {
-        return Err(ContractError::ForbiddenImport {
+    match Capability::from_name(iface) {
+        Some(cap) if worlds::of(stage).imports.contains(&cap) => Ok(()),
+        Some(_) => Err(ContractError::ForbiddenImport {
             import: name.to_string(),
             stage,
-        });
+        }),
+        None => Err(ContractError::UnknownImport(name.to_string())),
     }
-    Err(ContractError::UnknownImport(name.to_string()))
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! * `cache` — compile cache keyed by the SHA-256 of the component bytes.
 //! * `policy` — grants (WASI preopens) and limits of a call.
 //! * `state` — the per-call store: WASI context, capabilities, memory limiter.
+//! * `worlds` — the one table of what each world imports and is granted.
 //! * `capabilities` — the `model` and `tasks` host interfaces.
 //! * `io`, `results` — stage inputs/outputs and the host's checks on outputs.
 //! * `failure` — typed failures.
@@ -25,16 +26,14 @@ mod policy;
 mod quota;
 mod results;
 mod state;
+mod worlds;
 
 pub use bindings::stage::meta::Description;
 pub use bindings::{model, tasks, types};
 pub use cache::{CacheSource, ComponentDigest, default_cache_dir, hex};
 pub use cancel::Cancel;
 pub use capabilities::{BoxFuture, Capabilities, ModelBackend, NoModel, NoTasks, TaskBackend};
-pub use contract::{
-    ALL_STAGES, ALL_WORLDS, ContractError, granted_capabilities, parse_stage, parse_world,
-    stage_name,
-};
+pub use contract::{ALL_STAGES, ALL_WORLDS, ContractError, parse_stage, parse_world, stage_name};
 pub use failure::{LoadError, LoadErrorKind, OperatorFailure, QuotaBreach, panic_message};
 pub use io::{StageInput, StageOutput};
 pub use output::CapturedOutput;
@@ -45,6 +44,7 @@ pub use results::{
     MAX_ANNOTATION_BYTES, MAX_PLAYBOOK_BYTES, MAX_PLAYBOOK_OP_BYTES, check_playbook_size,
     relative_path,
 };
+pub use worlds::{Capability, granted_capabilities};
 
 use bindings::stage;
 use cache::CompileCache;
@@ -128,10 +128,10 @@ pub struct LoadedOperator {
 }
 
 impl LoadedOperator {
-    /// The host capabilities (`model`, `tasks`) the component actually imports: a
-    /// subset of what its world grants (a mutate that never calls a model imports no
-    /// `model`). `evolve recipe check` and `init` use it to say a model is needed.
-    pub fn imported_capabilities(&self) -> Vec<&'static str> {
+    /// The host capabilities the component actually imports: a subset of what its
+    /// world grants (a mutate that never calls a model imports no `model`).
+    /// `evolve recipe check` and `init` use it to say a model is needed.
+    pub fn imported_capabilities(&self) -> Vec<Capability> {
         let component = self.pre.component();
         let names: Vec<String> = component
             .component_type()
@@ -142,7 +142,7 @@ impl LoadedOperator {
             .iter()
             .copied()
             .filter(|cap| {
-                let prefix = format!("{}/{cap}@", contract::PACKAGE);
+                let prefix = format!("{}/{}@", contract::PACKAGE, cap.name());
                 names.iter().any(|n| n.starts_with(&prefix))
             })
             .collect()
@@ -589,10 +589,13 @@ fn build_linker(engine: &Engine, stage: Stage) -> wasmtime::Result<Linker<CallSt
         type Data<'a> = &'a mut Capabilities;
     }
     for cap in granted_capabilities(stage) {
-        match *cap {
-            "model" => model::add_to_linker::<_, Caps>(&mut linker, |s| &mut s.capabilities)?,
-            "tasks" => tasks::add_to_linker::<_, Caps>(&mut linker, |s| &mut s.capabilities)?,
-            _ => unreachable!("granted_capabilities names only model and tasks"),
+        match cap {
+            Capability::Model => {
+                model::add_to_linker::<_, Caps>(&mut linker, |s| &mut s.capabilities)?
+            }
+            Capability::Tasks => {
+                tasks::add_to_linker::<_, Caps>(&mut linker, |s| &mut s.capabilities)?
+            }
         }
     }
     Ok(linker)

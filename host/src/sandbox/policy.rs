@@ -1,11 +1,13 @@
 //! What one call is granted (directories) and allowed (memory, time, output).
 
 use super::bindings::types::Stage;
+use super::worlds::{self, Dir};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The directories an operator call sees, as WASI preopens. Built only through
-/// [`Grants::for_stage`], so the rules of the contract live in one place.
+/// [`Grants::for_stage`], which reads them from the one table of the contract's rules
+/// (`worlds.rs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grants {
     pub(crate) preopens: Vec<Preopen>,
@@ -31,41 +33,38 @@ pub struct GrantRequest<'a> {
     pub feedback: Option<&'a Path>,
 }
 
+impl GrantRequest<'_> {
+    /// The host directory behind `dir` for this call, if this call has one.
+    fn host_dir(&self, dir: Dir) -> Option<PathBuf> {
+        match dir {
+            Dir::Target => Some(self.checkout.join("target")),
+            Dir::Operators => self
+                .operators_in_surface
+                .then(|| self.checkout.join("operators")),
+            Dir::Scratch => Some(self.scratch.to_path_buf()),
+            Dir::Feedback => self.feedback.map(Path::to_path_buf),
+        }
+    }
+}
+
 impl Grants {
-    /// The contract's grants for `stage`:
-    /// `/target` (read-write for mutate only), `/operators` only when the surface
-    /// includes it (read-write for mutate only), `/scratch` read-write, and for mutate
-    /// `/feedback` read-only. Nothing else.
-    /// The agent driver sees no candidate at all (its feedback is data): scratch only.
+    /// The contract's grants for `stage`: its world's row of [`WORLDS`](super::worlds::WORLDS)
+    /// (`/target` and `/operators` read-write for mutate only, none for the driver,
+    /// `/scratch` read-write, `/feedback` for mutate only), of which `/operators` only
+    /// when the surface includes it and `/feedback` only when one was assembled.
+    /// Nothing else.
     pub fn for_stage(stage: Stage, req: &GrantRequest<'_>) -> Grants {
-        if stage == Stage::Driver {
-            return Grants::scratch_only(req.scratch);
-        }
-        let mutate = stage == Stage::Mutate;
-        let mut preopens = vec![Preopen {
-            host: req.checkout.join("target"),
-            guest: "/target",
-            writable: mutate,
-        }];
-        if req.operators_in_surface {
-            preopens.push(Preopen {
-                host: req.checkout.join("operators"),
-                guest: "/operators",
-                writable: mutate,
-            });
-        }
-        preopens.push(Preopen {
-            host: req.scratch.to_path_buf(),
-            guest: "/scratch",
-            writable: true,
-        });
-        if let (true, Some(feedback)) = (mutate, req.feedback) {
-            preopens.push(Preopen {
-                host: feedback.to_path_buf(),
-                guest: "/feedback",
-                writable: false,
-            });
-        }
+        let preopens = worlds::of(stage)
+            .grants
+            .iter()
+            .filter_map(|grant| {
+                Some(Preopen {
+                    host: req.host_dir(grant.dir)?,
+                    guest: grant.dir.guest(),
+                    writable: grant.writable,
+                })
+            })
+            .collect();
         Grants { preopens }
     }
 
@@ -75,7 +74,7 @@ impl Grants {
         Grants {
             preopens: vec![Preopen {
                 host: scratch.to_path_buf(),
-                guest: "/scratch",
+                guest: Dir::Scratch.guest(),
                 writable: true,
             }],
         }
