@@ -282,6 +282,22 @@ mod tests {
                 .to_string(),
             "imports `evolve:operator/model@0.1.0`, which the select world does not grant"
         );
+        // Every capability of every world: allowed exactly when its row imports it.
+        for world in &WORLDS {
+            for cap in Capability::ALL {
+                let name = format!("{PACKAGE}/{}@{VERSION}", cap.name());
+                let verdict = check_import(&name, world.stage);
+                if world.imports.contains(&cap) {
+                    assert_eq!(verdict, Ok(()), "{name} for {}", world.wit_name);
+                } else {
+                    assert!(
+                        matches!(verdict, Err(ContractError::ForbiddenImport { .. })),
+                        "{name} for {}: {verdict:?}",
+                        world.wit_name
+                    );
+                }
+            }
+        }
         assert_eq!(
             check_import("evil:net/raw@1.0.0", Stage::Gate)
                 .unwrap_err()

@@ -5,8 +5,14 @@
 //! (`build_linker` in `mod.rs`), the import check (`contract.rs`), the preopens
 //! ([`Grants::for_stage`](super::Grants::for_stage)), `evolve operator describe` and the
 //! model check (`model/needs.rs`) all read it. The tests below hold `wit/operator.wit`
-//! (each world's imports and its `Grants:` line) and the grant table of
-//! `docs/security.md` to it, so none of them can drift from the code.
+//! (each world's imports and its `Grants:` line), the grant table of `docs/security.md`
+//! and the guest SDK's list of worlds (`sdk-rust/build.rs`) to it, so none of them can
+//! drift from the code.
+//!
+//! Adding a capability: a [`Capability`] variant (the compiler then asks for its
+//! linker arm in `build_linker`), its interface in `wit/host.wit` and backend in
+//! `capabilities.rs`, and its name in the rows that import it here; the tests name every
+//! text still to update.
 
 use super::bindings::types::Stage;
 

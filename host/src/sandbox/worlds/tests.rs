@@ -202,6 +202,32 @@ fn the_grant_table_of_security_md_is_the_code_s() {
     }
 }
 
+/// The guest SDK generates each world's bindings from its own list (its build script
+/// cannot depend on the host): each row must be there, with the same imports, or an
+/// operator of that world would get its own copies of the capability types.
+#[test]
+fn the_sdk_generates_each_world_with_the_table_s_imports() {
+    let script = std::fs::read_to_string(repo_file("sdk-rust/build.rs"))
+        .expect("sdk-rust/build.rs is readable");
+    for row in &WORLDS {
+        let imports: Vec<String> = row
+            .imports
+            .iter()
+            .map(|c| format!("\"{}\"", c.name()))
+            .collect();
+        let entry = format!(
+            "(\"{}\", \"{}\", &[{}])",
+            stage_name(row.stage),
+            row.wit_name,
+            imports.join(", ")
+        );
+        assert!(
+            script.contains(&entry),
+            "sdk-rust/build.rs's WORLDS has no `{entry}`"
+        );
+    }
+}
+
 #[test]
 fn capability_names_are_their_wit_interfaces() {
     for cap in Capability::ALL {
