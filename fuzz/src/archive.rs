@@ -1,5 +1,5 @@
-//! The archive reader (`Archive::open`, the writer's fast line reader) and the verifier
-//! (`verify`, the audit's strict reader), on the same bytes.
+//! The writer's open (`Archive::open`) and the audit (`verify`, the same line reader plus
+//! every signature and the canonical-form check), on the same bytes.
 
 use evolve_archive::verify::Source;
 use evolve_archive::{
@@ -105,7 +105,7 @@ fn write(dir: &Path, archive: &[u8], receipts: &[u8]) -> PathBuf {
 }
 
 /// Verify, then open as the writer. Invariant: an archive the audit finds no fault in
-/// opens, and the writer's fast reader folds it to exactly the audit's rows.
+/// opens, and the writer folds it to exactly the audit's rows.
 pub fn check(data: &[u8]) {
     let _ = audit(data);
 }
@@ -128,7 +128,7 @@ pub fn audit(data: &[u8]) -> Option<bool> {
         .iter()
         .all(|f| !matches!(f.source, Source::Archive | Source::Receipts));
     match Archive::open(&path, EXPERIMENT, key()) {
-        Ok(a) if clean => assert_eq!(a.rows(), report.rows, "the two readers fold differently"),
+        Ok(a) if clean => assert_eq!(a.rows(), report.rows, "open and verify fold differently"),
         Ok(_) => {}
         Err(e) => assert!(!clean, "verify found nothing wrong, yet open failed: {e}"),
     }

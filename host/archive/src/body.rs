@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 
 use crate::event::{
     Envelope, Head, List, OUTCOMES, Obj, PURPOSES, STAMPED_FIELDS, Scalar, VectorSummary,
-    check_genid, genid_generation, json_error, present, scores_agree, types,
+    check_genid, genid_generation, json_error, present, scalars_are, scores_agree, types,
 };
 
 /// A string field; another JSON type reads as `None`.
@@ -282,24 +282,7 @@ impl<'de> Deserialize<'de> for Timings {
                 while s.next_element::<IgnoredAny>()?.is_some() {}
                 Ok(Timings(false))
             }
-            fn visit_unit<E>(self) -> Result<Timings, E> {
-                Ok(Timings(false))
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Timings, E> {
-                Ok(Timings(false))
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Timings, E> {
-                Ok(Timings(false))
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Timings, E> {
-                Ok(Timings(false))
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Timings, E> {
-                Ok(Timings(false))
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Timings, E> {
-                Ok(Timings(false))
-            }
+            scalars_are!(Timings, Timings(false));
         }
         d.deserialize_any(V)
     }

@@ -311,6 +311,35 @@ impl<'de: 'a, 'a> Deserialize<'de> for Scalar<'a> {
     }
 }
 
+/// The `Visitor` methods of every JSON scalar (`null` included), each answering `$value`: for
+/// a reader that only cares that a value is not a container of its shape.
+macro_rules! scalars_are {
+    ($ty:ty, $value:expr) => {
+        fn visit_unit<E>(self) -> Result<$ty, E> {
+            Ok($value)
+        }
+        fn visit_none<E>(self) -> Result<$ty, E> {
+            Ok($value)
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<$ty, E> {
+            Ok($value)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<$ty, E> {
+            Ok($value)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<$ty, E> {
+            Ok($value)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<$ty, E> {
+            Ok($value)
+        }
+        fn visit_str<E>(self, _: &str) -> Result<$ty, E> {
+            Ok($value)
+        }
+    };
+}
+pub(crate) use scalars_are;
+
 /// A value read as `T` if it is a JSON object, else only noted as not one (`Not`, its
 /// contents skipped). Errors inside the object (a key given twice) are the parser's.
 #[derive(Debug, Clone, PartialEq)]
@@ -337,27 +366,7 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
             fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Obj<T>, D::Error> {
                 Obj::deserialize(d)
             }
-            fn visit_unit<E>(self) -> Result<Obj<T>, E> {
-                Ok(Obj::Not)
-            }
-            fn visit_none<E>(self) -> Result<Obj<T>, E> {
-                Ok(Obj::Not)
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Obj<T>, E> {
-                Ok(Obj::Not)
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Obj<T>, E> {
-                Ok(Obj::Not)
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Obj<T>, E> {
-                Ok(Obj::Not)
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Obj<T>, E> {
-                Ok(Obj::Not)
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Obj<T>, E> {
-                Ok(Obj::Not)
-            }
+            scalars_are!(Obj<T>, Obj::Not);
         }
         d.deserialize_any(V(std::marker::PhantomData))
     }
@@ -388,27 +397,7 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for List<T> {
             fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<List<T>, D::Error> {
                 List::deserialize(d)
             }
-            fn visit_unit<E>(self) -> Result<List<T>, E> {
-                Ok(List::Not)
-            }
-            fn visit_none<E>(self) -> Result<List<T>, E> {
-                Ok(List::Not)
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<List<T>, E> {
-                Ok(List::Not)
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<List<T>, E> {
-                Ok(List::Not)
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<List<T>, E> {
-                Ok(List::Not)
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<List<T>, E> {
-                Ok(List::Not)
-            }
-            fn visit_str<E>(self, _: &str) -> Result<List<T>, E> {
-                Ok(List::Not)
-            }
+            scalars_are!(List<T>, List::Not);
         }
         d.deserialize_any(V(std::marker::PhantomData))
     }
