@@ -31,13 +31,17 @@ pub enum TasksCommand {
     Run {
         /// A task directory, or a directory of task directories.
         dir: PathBuf,
+        /// Where the trials run: local (a bubblewrap jail per phase), docker (a container
+        /// per trial) or harbor (the harbor CLI).
         #[arg(long, value_enum, default_value = "local")]
         engine: EngineKind,
         /// `oracle` (runs solution/solve.sh) or a target dir holding agent.toml.
         #[arg(long, default_value = "oracle")]
         agent: String,
+        /// Trials per task.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
         repetitions: u32,
+        /// Trials run at once (1 to 64).
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
         n_concurrent: u32,
         /// Minimum fraction of scoreable trials for a benchmark_complete outcome.
@@ -62,11 +66,13 @@ pub enum TasksCommand {
         after_help = "Examples:\n  evolve tasks check ./tasks\n  evolve tasks check ./tasks --engine docker --json"
     )]
     Check {
+        /// A task directory, or a directory of task directories.
         dir: PathBuf,
         /// The engine the tasks are for: docker and harbor need each task's
         /// environment/Dockerfile (or [environment].docker_image); local needs neither.
         #[arg(long, value_enum, default_value = "local")]
         engine: EngineKind,
+        /// Print the result as JSON on stdout.
         #[arg(long)]
         json: bool,
     },

@@ -30,6 +30,7 @@ pub struct DiffArgs {
     /// Only the changed files with their added and removed line counts.
     #[arg(long)]
     pub stat: bool,
+    /// Print the result as JSON on stdout.
     #[arg(long)]
     pub json: bool,
 }

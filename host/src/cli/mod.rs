@@ -138,12 +138,14 @@ struct ExportArgs {
     /// The workspace (default: the current directory).
     #[arg(long, short, default_value = ".")]
     workspace: std::path::PathBuf,
+    /// Print the result as JSON on stdout.
     #[arg(long)]
     json: bool,
 }
 
 #[derive(Args)]
 struct CompletionsArgs {
+    /// bash, zsh, fish, elvish or powershell.
     shell: clap_complete::Shell,
     /// Print `{"shell": ..., "script": ...}` instead of the bare script.
     #[arg(long)]
@@ -418,6 +420,20 @@ mod tests {
             .map(|(p, _)| p)
             .collect();
         assert!(missing.is_empty(), "no Examples: in --help of {missing:?}");
+    }
+
+    #[test]
+    fn every_option_and_argument_has_help_text() {
+        let missing: Vec<String> = all_commands()
+            .into_iter()
+            .flat_map(|(path, c)| {
+                c.get_arguments()
+                    .filter(|a| a.get_help().is_none() && !a.is_hide_set())
+                    .map(|a| format!("{path} {}", a.get_id()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert!(missing.is_empty(), "no help text: {missing:#?}");
     }
 
     #[test]

@@ -19,6 +19,7 @@ pub enum OperatorCommand {
     /// List the operators built into this binary.
     #[command(after_help = "Examples:\n  evolve operator list\n  evolve operator list --json")]
     List {
+        /// Print the result as JSON on stdout.
         #[arg(long)]
         json: bool,
     },
@@ -29,6 +30,7 @@ pub enum OperatorCommand {
     Describe {
         /// `stage/name` of a built-in operator, or the path of a component file.
         operator: String,
+        /// Print the result as JSON on stdout.
         #[arg(long)]
         json: bool,
     },
@@ -42,6 +44,7 @@ pub enum OperatorCommand {
         /// The configuration as JSON text, or `@FILE` to read it from a file.
         #[arg(long, default_value = "{}")]
         config: String,
+        /// Print the result as JSON on stdout.
         #[arg(long)]
         json: bool,
     },
@@ -61,6 +64,7 @@ pub enum OperatorCommand {
         /// Memory cap in MiB.
         #[arg(long, default_value_t = 256)]
         memory_mib: usize,
+        /// Print the result as JSON on stdout.
         #[arg(long)]
         json: bool,
     },
@@ -76,6 +80,7 @@ pub enum OperatorCommand {
         /// Where to create the crate (default: see above).
         #[arg(long)]
         dir: Option<PathBuf>,
+        /// Print the result as JSON on stdout.
         #[arg(long)]
         json: bool,
     },
@@ -86,6 +91,7 @@ pub enum OperatorCommand {
     Build {
         /// The crate's directory (default: every operator in this repository).
         path: Option<PathBuf>,
+        /// Print the result as JSON on stdout.
         #[arg(long)]
         json: bool,
     },

@@ -13,6 +13,7 @@ pub enum RecipeCommand {
     /// The built-in recipes (usable by name with `evolve init --recipe NAME`).
     #[command(after_help = "Examples:\n  evolve recipe list\n  evolve recipe list --json")]
     List {
+        /// Print the result as JSON on stdout.
         #[arg(long)]
         json: bool,
     },
@@ -21,6 +22,7 @@ pub enum RecipeCommand {
         after_help = "Examples:\n  evolve recipe show hill_climb > my_recipe.yaml\n  evolve recipe show gepa --json"
     )]
     Show {
+        /// A built-in recipe's name (`evolve recipe list`).
         name: String,
         /// Print `{"name": ..., "summary": ..., "yaml": ...}`.
         #[arg(long)]

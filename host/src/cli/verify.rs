@@ -22,6 +22,7 @@ pub struct VerifyArgs {
     /// Verify an evidence bundle written by `evolve export` instead of a workspace.
     #[arg(long, value_name = "BUNDLE", conflicts_with = "dir")]
     pub bundle: Option<PathBuf>,
+    /// Print the result as JSON on stdout.
     #[arg(long)]
     pub json: bool,
 }

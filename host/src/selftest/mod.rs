@@ -36,6 +36,7 @@ pub struct SelftestArgs {
     /// List the scenarios and their invariants, and exit.
     #[arg(long)]
     pub list: bool,
+    /// Print the result as JSON on stdout.
     #[arg(long)]
     pub json: bool,
 }
