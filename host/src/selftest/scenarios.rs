@@ -564,7 +564,12 @@ fn agent_takes_key(c: &mut Ctx) -> Check {
         ..Spec::default()
     };
     let t = c.lab.workspace(&spec)?;
-    let key_files: Vec<_> = files_under(&keys);
+    // The secrets: `<id>.key`. Beside each, `<id>.json` records the workspace it is for,
+    // which the framework itself rewrites when a workspace moves (as the lab's do).
+    let key_files: Vec<_> = files_under(&keys)
+        .into_iter()
+        .filter(|f| f.extension().is_some_and(|x| x == "key"))
+        .collect();
     let key_bytes: Vec<(std::path::PathBuf, Vec<u8>)> = key_files
         .iter()
         .map(|f| (f.clone(), std::fs::read(f).unwrap_or_default()))
