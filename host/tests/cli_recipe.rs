@@ -360,9 +360,12 @@ fn every_problem_is_reported_at_once_paths_included() {
     let out = evolve_in(dir.path(), &["init", "ws", "--recipe", "recipe.yaml"], &[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
+    // One problem per line, as a list, not one line with `\n` in it.
+    let listed: Vec<&str> = err.lines().filter_map(|l| l.strip_prefix("  - ")).collect();
     for line in &expected {
-        assert!(err.contains(line.as_str()), "{line} missing from {err}");
+        assert!(listed.contains(&line.as_str()), "{line} not listed in {err}");
     }
+    assert!(!err.contains("\\n"), "{err}");
     assert!(!dir.path().join("ws").exists());
     assert!(!dir.path().join("keys").exists());
 }

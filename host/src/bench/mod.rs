@@ -122,6 +122,7 @@ pub fn run(args: BenchArgs) -> CliResult {
                     "the scratch directory is kept for inspection; remove it when done".into(),
                 ),
                 code: 1,
+                details: Vec::new(),
             });
         }
     };

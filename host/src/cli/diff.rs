@@ -139,6 +139,7 @@ fn shown_commit(ws: &Workspace, row: &Row) -> Result<Shown, CliError> {
                 "the ref was moved after the run; `evolve verify` checks the archive itself".into(),
             ),
             code: 1,
+            details: Vec::new(),
         });
     }
     Ok(Shown {

@@ -159,6 +159,9 @@ pub struct CliError {
     pub place: Option<String>,
     pub hint: Option<String>,
     pub code: u8,
+    /// Lines listed under `what` (every problem of a recipe). Each is escaped on its own:
+    /// a newline inside one is shown, never obeyed, so no text can fake a line.
+    pub details: Vec<String>,
 }
 
 impl CliError {
@@ -168,6 +171,7 @@ impl CliError {
             place: None,
             hint: None,
             code: 2,
+            details: Vec::new(),
         }
     }
     pub fn at(mut self, place: impl Into<String>) -> Self {
@@ -187,6 +191,9 @@ impl fmt::Display for CliError {
         write!(f, "evolve: {}", crate::display::text(&self.what))?;
         if let Some(place) = &self.place {
             write!(f, " ({})", crate::display::text(place))?;
+        }
+        for line in &self.details {
+            write!(f, "\n  {}", crate::display::text(line))?;
         }
         if let Some(hint) = &self.hint {
             write!(f, "\n  hint: {}", crate::display::text(hint))?;
@@ -252,6 +259,7 @@ fn report(e: &CliError, json: bool) -> ExitCode {
     if json {
         print_json(&serde_json::json!({"ok": false, "error": {
             "what": e.what, "where": e.place, "hint": e.hint, "exit_code": e.code,
+            "details": e.details,
         }}));
     }
     ExitCode::from(e.code)
@@ -269,9 +277,10 @@ fn name_a_full_disk(e: &CliError) -> Option<CliError> {
         return None;
     }
     Some(CliError {
+        hint: Some(hint.to_string()),
+        details: e.details.clone(),
         what: e.what.clone(),
         place: e.place.clone(),
-        hint: Some(hint.to_string()),
         code: e.code,
     })
 }

@@ -20,6 +20,7 @@ impl From<WorkspaceError> for CliError {
             place: None,
             hint: e.hint,
             code: 2,
+            details: e.details,
         }
     }
 }
@@ -27,10 +28,9 @@ impl From<WorkspaceError> for CliError {
 impl From<lifecycle::RunError> for CliError {
     fn from(e: lifecycle::RunError) -> CliError {
         CliError {
-            what: e.what,
-            place: None,
-            hint: e.hint,
             code: 2,
+            hint: e.hint,
+            ..CliError::usage(e.what)
         }
     }
 }
@@ -237,10 +237,8 @@ fn initialize(a: &InitArgs) -> Result<init::Initialized, CliError> {
     runtime()?
         .block_on(crate::model::check_init_model(&sb, &text, &base, a.check))
         .map_err(|what| CliError {
-            what,
-            place: None,
-            hint: Some("nothing was created; see docs/model.md".into()),
             code: 1,
+            ..CliError::usage(what).hint("nothing was created; see docs/model.md")
         })?;
     let req = init::InitRequest {
         dir: a.dir.clone(),

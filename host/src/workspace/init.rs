@@ -98,12 +98,23 @@ pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
         sources.target,
         sources.tasks,
     ) else {
+        // One problem per entry (`- field: message`); a problem's own lines (a YAML
+        // excerpt and its caret) follow it, indented.
         let lines: Vec<String> = checked
             .violations
             .iter()
-            .map(|v| format!("  {}", recipe::render(v).replace('\n', "\n    ")))
+            .flat_map(|v| {
+                let text = recipe::render(v);
+                let mut lines = text.lines();
+                let first = lines.next().map(str::to_string);
+                first
+                    .into_iter()
+                    .chain(lines.map(|l| format!("  {l}")))
+                    .collect::<Vec<_>>()
+            })
             .collect();
-        return Err(err(format!("the recipe is invalid:\n{}", lines.join("\n")))
+        return Err(err("the recipe is invalid:")
+            .details(lines)
             .hint("`evolve recipe check RECIPE` lists the same problems"));
     };
     // Everything generation 0 holds is read and checked before the destination is touched.

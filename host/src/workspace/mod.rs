@@ -94,6 +94,8 @@ impl EngineConfig {
 pub struct WorkspaceError {
     pub what: String,
     pub hint: Option<String>,
+    /// Lines listed under `what` (every problem of a recipe), each shown on its own.
+    pub details: Vec<String>,
 }
 
 impl WorkspaceError {
@@ -101,17 +103,26 @@ impl WorkspaceError {
         WorkspaceError {
             what: what.into(),
             hint: None,
+            details: Vec::new(),
         }
     }
     pub fn hint(mut self, h: impl Into<String>) -> Self {
         self.hint = Some(h.into());
         self
     }
+    pub fn details(mut self, lines: Vec<String>) -> Self {
+        self.details = lines;
+        self
+    }
 }
 
 impl fmt::Display for WorkspaceError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.what)
+        f.write_str(&self.what)?;
+        for line in &self.details {
+            write!(f, "\n  {line}")?;
+        }
+        Ok(())
     }
 }
 
