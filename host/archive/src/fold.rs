@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 
 use crate::body::{Body, Evaluated, FixedIdentity, Line, StampFacts, type_name};
 use crate::chain::Checked;
-use crate::event::{FRAMEWORK_FIELDS, LoggedEvent, STAMPED_FIELDS, check_genid, types};
+use crate::event::{Event, FRAMEWORK_FIELDS, LoggedEvent, STAMPED_FIELDS, check_genid, types};
 
 /// Annotation keys a record event may set (besides any `x_`-prefixed key).
 pub const ANNOTATION_ALLOWLIST: [&str; 3] = ["note", "predicted_fixes", "verified_fixes"];
@@ -80,18 +80,11 @@ impl Stamp {
         self.0.map.get_or_init(|| match &self.0.source {
             StampSource::Map(m) => m.clone(),
             StampSource::Line(buf, range) => {
-                // The line passed the writer's check, so it parses; an empty map is only a
+                // The line passed the reader already, so it reads; an empty map is only a
                 // defensive answer, never a panic.
-                let body = serde_json::from_slice::<Value>(&buf[range.clone()])
-                    .ok()
-                    .and_then(|mut v| v.get_mut("body").map(Value::take));
-                match body {
-                    Some(Value::Object(body)) => body
-                        .into_iter()
-                        .filter(|(k, _)| STAMPED_FIELDS.contains(&k.as_str()))
-                        .collect(),
-                    _ => Map::new(),
-                }
+                Event::from_line(&buf[range.clone()])
+                    .map(|e| Stamp::stamped_fields(&e.body))
+                    .unwrap_or_default()
             }
         })
     }
