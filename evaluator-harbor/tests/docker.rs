@@ -1,7 +1,6 @@
 //! The docker engine against the real daemon with a locally built base image (no registry).
 //! Skips (with the reason) when Docker is unavailable; with CI=true it fails instead.
-mod common;
-
+use crate::common;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,7 +1,6 @@
 //! The harbor engine: result parsing (always) and the real CLI with the oracle agent and
 //! Harbor's Docker environment (when it can run here; see the skip messages).
-mod common;
-
+use crate::common;
 use std::process::Command;
 use std::sync::Arc;
 

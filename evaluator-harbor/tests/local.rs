@@ -1,6 +1,5 @@
 //! The local engine against real processes (no mocks).
-mod common;
-
+use crate::common;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

@@ -1,7 +1,6 @@
 //! Splits and digests are stable across runs and machines: pinned against fixed expected values
 //! (computed independently of this crate, with Python's hashlib + sorted-key JSON).
-mod common;
-
+use crate::common;
 use std::os::unix::fs::PermissionsExt;
 
 use evaluator_harbor::cli::EngineKind;

@@ -1,6 +1,5 @@
 //! The WASI-component agent form on the local engine.
-mod common;
-
+use crate::common;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

@@ -363,7 +363,10 @@ fn every_problem_is_reported_at_once_paths_included() {
     // One problem per line, as a list, not one line with `\n` in it.
     let listed: Vec<&str> = err.lines().filter_map(|l| l.strip_prefix("  - ")).collect();
     for line in &expected {
-        assert!(listed.contains(&line.as_str()), "{line} not listed in {err}");
+        assert!(
+            listed.contains(&line.as_str()),
+            "{line} not listed in {err}"
+        );
     }
     assert!(!err.contains("\\n"), "{err}");
     assert!(!dir.path().join("ws").exists());

@@ -4,9 +4,7 @@
 //! Ctrl-C during a run: the stage ends `cancelled`, the archive verifies, and the next
 //! `evolve run` resumes and completes.
 
-#[path = "support/ws.rs"]
-mod ws;
-
+use crate::ws;
 use serde_json::{Value, json};
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Child, Output};
@@ -498,9 +496,15 @@ fn without_a_sandbox_the_demo_runs_and_an_own_agent_is_refused_before_anything_i
     let err = stderr(&init);
     assert!(err.contains("apt-get install bubblewrap"), "{err}");
     assert!(err.contains("unconfined_trials"), "{err}");
-    assert!(!e.root().join("fresh-init").exists(), "init made a workspace");
+    assert!(
+        !e.root().join("fresh-init").exists(),
+        "init made a workspace"
+    );
     let keys = std::fs::read_dir(&e.keys).map(|d| d.count()).unwrap_or(0);
-    assert_eq!(keys, keys_before, "a key was made for a workspace that cannot run");
+    assert_eq!(
+        keys, keys_before,
+        "a key was made for a workspace that cannot run"
+    );
 }
 
 /// Every file under `dir`.

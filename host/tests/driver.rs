@@ -2,9 +2,7 @@
 //! and stamped on the next generation's certified record; it can never change the
 //! fixed recipe keys, and it never sees sealed or anchor data or private task names.
 
-#[path = "support/ws.rs"]
-mod ws;
-
+use crate::ws;
 use serde_json::{Value, json};
 use ws::{Exp, Spec, component, text};
 

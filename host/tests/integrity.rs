@@ -1,9 +1,7 @@
 //! Tampering with the evidence: each change is found by `evolve verify` (exit 1), and no
 //! tampered generation is ever an eligible parent.
 
-#[path = "support/ws.rs"]
-mod ws;
-
+use crate::ws;
 use serde_json::Value;
 use ws::{Exp, Spec, text};
 

@@ -1,11 +1,8 @@
 //! `evolve init` + `evolve run` end to end, with the real binary, real components and the
 //! local engine; and the boundaries a candidate must not cross.
 
-#[path = "support/chat.rs"]
-mod chat;
-#[path = "support/ws.rs"]
-mod ws;
-
+use crate::chat;
+use crate::ws;
 use chat::{chat_server, model_block};
 use serde_json::{Value, json};
 use std::os::unix::fs::PermissionsExt;

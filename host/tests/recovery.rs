@@ -2,9 +2,7 @@
 //! run of the same recipe and seed, event for event (timestamps, durations, attempt
 //! numbers and repair notes aside). No corrupted state is admitted at any point.
 
-#[path = "support/ws.rs"]
-mod ws;
-
+use crate::ws;
 use evolve::selftest::compare::{first_difference, history};
 use serde_json::{Value, json};
 use ws::{Exp, Spec, kill9, text, wait_for};

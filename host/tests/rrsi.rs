@@ -3,11 +3,8 @@
 //! best), validate/rrsi_screen, gate/rrsi against the parent, record/rrsi_component.
 //! Every gate decision is checked against the floor recomputed from the archive.
 
-#[path = "support/chat.rs"]
-mod chat;
-#[path = "support/ws.rs"]
-mod ws;
-
+use crate::chat;
+use crate::ws;
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;

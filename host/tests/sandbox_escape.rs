@@ -2,8 +2,7 @@
 //! grants. Every test asserts the typed outcome *and* that nothing outside the call's
 //! grants changed on disk.
 
-mod common;
-
+use crate::common;
 use common::*;
 use evolve::sandbox::model::ModelError;
 use evolve::sandbox::{Capabilities, Limits, OperatorFailure};

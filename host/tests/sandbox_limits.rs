@@ -2,8 +2,7 @@
 //! and result size. Each failure must be the exact typed outcome, and leave every file
 //! outside the call's scratch directory untouched.
 
-mod common;
-
+use crate::common;
 use common::*;
 use evolve::sandbox::{
     CallReport, Capabilities, Limits, OperatorFailure, QuotaBreach, Sandbox, SandboxConfig,

@@ -1,8 +1,7 @@
 //! Loading hostile or broken components: file safety inside the checkout, the world
 //! contract, the host's checks on `meta` answers, and the compile cache.
 
-mod common;
-
+use crate::common;
 use common::*;
 use evolve::sandbox::types::ConfigViolation;
 use evolve::sandbox::{

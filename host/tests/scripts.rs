@@ -4,11 +4,8 @@
 //! each stage's script is loaded from the stage's checkout (the loading rules); and a
 //! hostile script can neither reach what its stage is not granted nor run away.
 
-#[path = "support/chat.rs"]
-mod chat;
-#[path = "support/ws.rs"]
-mod ws;
-
+use crate::chat;
+use crate::ws;
 use serde_json::{Value, json};
 use ws::{Exp, Spec};
 

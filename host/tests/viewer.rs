@@ -9,9 +9,7 @@
 //! `EVOLVE_VIEWER_SCREENSHOT=<path>` it saves a screenshot of the page there
 //! (`docs/viewer.png` is made that way).
 
-#[path = "support/ws.rs"]
-mod ws;
-
+use crate::ws;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};

@@ -1,7 +1,6 @@
 //! Folding, the annotation allowlist, parent eligibility and the champion.
 
-mod common;
-
+use crate::common;
 use common::*;
 use evolve_archive::{
     Event, FRAMEWORK_FIELDS, FixedIdentity, Ineligible, LoggedEvent, Row, STAMPED_FIELDS, champion,

@@ -1,8 +1,7 @@
 //! `verify` against tampering: every tampered archive is detected, and tampered rows are never
 //! eligible parents.
 
-mod common;
-
+use crate::common;
 use common::*;
 use evolve_archive::{
     Archive, ExperimentKey, FindingKind, Ineligible, Report, canonical_bytes, sha256_hex, verify,

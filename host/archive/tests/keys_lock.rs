@@ -1,7 +1,6 @@
 //! Key files and the run lock.
 
-mod common;
-
+use crate::common;
 use std::os::unix::fs::PermissionsExt;
 
 use common::*;

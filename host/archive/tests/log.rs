@@ -1,7 +1,6 @@
 //! The append-only log: round trip, canonical bytes, torn tails, malformed lines, receipts.
 
-mod common;
-
+use crate::common;
 use common::*;
 use evolve_archive::{
     Archive, ArchiveError, Event, FindingKind, canonical_bytes, genesis_anchor, sha256_hex, verify,

@@ -1,8 +1,7 @@
 //! `Store::commit_first`: a first commit written from memory as one pack, checked
 //! against what libgit2 and the git command line make of the same files.
 
-mod common;
-
+use crate::common;
 use std::borrow::Cow;
 use std::path::Path;
 use std::process::Command;

@@ -1,7 +1,6 @@
 //! Trees an operator could leave behind on purpose, and the surface check.
 
-mod common;
-
+use crate::common;
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;

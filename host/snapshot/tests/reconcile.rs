@@ -3,8 +3,7 @@
 //! oracle is a byte-for-byte listing of a fresh checkout (every name, kind,
 //! permission, content and link target, empty directories included).
 
-mod common;
-
+use crate::common;
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{Seek, SeekFrom, Write};

@@ -2,8 +2,7 @@
 //! read every file (a fresh store has no records), whatever an operator did to
 //! the worktree in between.
 
-mod common;
-
+use crate::common;
 use std::fs;
 use std::io::{Seek, SeekFrom, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};

@@ -1,7 +1,6 @@
 //! Snapshot / commit / materialize / tags / diff on well-behaved trees.
 
-mod common;
-
+use crate::common;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 

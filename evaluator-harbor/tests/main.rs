@@ -1,0 +1,12 @@
+//! evaluator-harbor's integration tests: the engines against real processes, Docker and the harbor CLI.
+//!
+//! One binary, so wasmtime and the host are linked once: a module per topic, and the
+//! support modules shared by all of them, declared here once.
+
+mod common;
+
+mod docker;
+mod harbor;
+mod local;
+mod splits;
+mod wasi;

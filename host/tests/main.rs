@@ -1,0 +1,29 @@
+//! The host's (the `evolve` binary's) integration tests.
+//!
+//! One binary, so wasmtime and the host are linked once: a module per topic, and the
+//! support modules shared by all of them, declared here once.
+
+#[path = "support/chat.rs"]
+mod chat;
+mod common;
+#[path = "support/ws.rs"]
+mod ws;
+
+mod cli_bench;
+mod cli_operator;
+mod cli_recipe;
+mod cli_ux;
+mod config_normalization;
+mod driver;
+mod integrity;
+mod lifecycle;
+mod model_http;
+mod recovery;
+mod rrsi;
+mod sandbox_escape;
+mod sandbox_limits;
+mod sandbox_loading;
+mod scripts;
+mod seed_demo;
+mod selftest;
+mod viewer;
