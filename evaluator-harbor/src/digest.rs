@@ -244,9 +244,8 @@ pub fn copy_task(src: &Path, dst: &Path) -> Result<()> {
             _ => {
                 // Named by the copy's destination: that is where a full disk or a
                 // read-only directory is; a missing source names itself in the message.
-                std::fs::copy(&from, &to).map_err(|er| {
-                    Error::io(&format!("cannot copy {}", from.display()), &to, er)
-                })?;
+                std::fs::copy(&from, &to)
+                    .map_err(|er| Error::io(&format!("cannot copy {}", from.display()), &to, er))?;
             }
         }
     }

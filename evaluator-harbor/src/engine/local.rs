@@ -94,9 +94,7 @@ impl FrameworkCode {
                 AgentEntry::Command(_) => false,
             },
         };
-        agent
-            && crate::digest::task_digest(&req.task.dir)
-                .is_ok_and(|d| self.tasks.contains(&d))
+        agent && crate::digest::task_digest(&req.task.dir).is_ok_and(|d| self.tasks.contains(&d))
     }
 }
 
@@ -1066,8 +1064,11 @@ mod tests {
             env: BTreeMap::new(),
         });
         assert!(!code.runs_only(&request(&task, command)));
-        std::fs::write(task.join("tests/test.sh"), "#!/bin/sh\nrun-what-the-agent-wrote\n")
-            .unwrap();
+        std::fs::write(
+            task.join("tests/test.sh"),
+            "#!/bin/sh\nrun-what-the-agent-wrote\n",
+        )
+        .unwrap();
         assert!(!code.runs_only(&request(&task, AgentSpec::Oracle)));
     }
 }

@@ -232,7 +232,9 @@ pub async fn make_engine(
     config: &crate::workspace::EngineConfig,
     recipe: &Recipe,
 ) -> Result<Arc<dyn Engine>> {
-    use evaluator_harbor::engine::{docker::DockerEngine, harbor::HarborEngine, local::LocalEngine};
+    use evaluator_harbor::engine::{
+        docker::DockerEngine, harbor::HarborEngine, local::LocalEngine,
+    };
     Ok(match config.engine.as_str() {
         "local" => {
             config

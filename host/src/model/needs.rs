@@ -76,10 +76,9 @@ pub async fn check_recipe_model(
             // counts their absence as a problem.
             for e in errors.0 {
                 if e.unset && !probe {
-                    check.notes.push(format!(
-                        "{}: {}; `evolve run` needs it",
-                        e.field, e.message
-                    ));
+                    check
+                        .notes
+                        .push(format!("{}: {}; `evolve run` needs it", e.field, e.message));
                 } else {
                     check.problems.push((e.field, e.message));
                 }
