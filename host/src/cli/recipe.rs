@@ -127,7 +127,7 @@ fn source(spec: &Path) -> Result<(String, PathBuf), CliError> {
     .hint(format!("built-in recipes: {}", known.join(", "))))
 }
 
-fn check(path: &PathBuf, json_out: bool, probe: bool) -> CliResult {
+fn check(path: &Path, json_out: bool, probe: bool) -> CliResult {
     let (text, base) = source(path)?;
     let sb = Sandbox::new(SandboxConfig {
         cache_dir: sandbox::default_cache_dir(),
