@@ -181,14 +181,18 @@ impl Meter {
         scope
     }
 
-    pub(crate) fn spent(&self) -> f64 {
-        let tasks: f64 = self
-            .tasks
+    /// What the stages' train trials spent.
+    fn tasks_spent(&self) -> f64 {
+        self.tasks
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
             .map(|t| t.spent_usd())
-            .sum();
+            .sum()
+    }
+
+    pub(crate) fn spent(&self) -> f64 {
+        let tasks = self.tasks_spent();
         let models: f64 = self
             .models
             .lock()
@@ -207,14 +211,7 @@ impl Meter {
         for m in self.models.lock().unwrap_or_else(|p| p.into_inner()).iter() {
             bill.add(m.bill());
         }
-        let tasks: f64 = self
-            .tasks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .map(|t| t.spent_usd())
-            .sum();
-        body.insert("cost_usd".into(), json!(tasks + bill.usd));
+        body.insert("cost_usd".into(), json!(self.tasks_spent() + bill.usd));
         bill.list_calls(body);
     }
 
