@@ -9,6 +9,7 @@ mod common;
 #[path = "support/ws.rs"]
 mod ws;
 
+mod architecture;
 mod cli_bench;
 mod cli_operator;
 mod cli_recipe;

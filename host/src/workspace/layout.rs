@@ -1,5 +1,6 @@
-//! Where things live in a workspace. One place, so the grants, the surface's implicit
-//! excludes and the commands agree.
+//! Where things live in a workspace. One place, so the grants and the commands agree; the
+//! framework-owned paths no surface may open (the surface's implicit excludes) are defined
+//! once in `sdk-rust/framework-paths`, shared with the guest SDK's edit parser.
 //!
 //! ```text
 //! <workspace>/
