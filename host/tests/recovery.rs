@@ -364,7 +364,7 @@ fn sighup_of_tasks_run_on_the_local_engine_removes_its_trial() {
 /// Whether the Docker tests can run: a daemon and the offline base image. Outside CI a
 /// missing daemon skips (with the reason); under CI=true it fails.
 fn docker_ready() -> bool {
-    let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
+    let ci = ws::ci();
     let up = std::process::Command::new("docker")
         .arg("info")
         .output()
@@ -482,7 +482,7 @@ impl SmallDisk {
             .arg(dir.path())
             .status()
             .is_ok_and(|s| s.success());
-        let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
+        let ci = ws::ci();
         assert!(
             ok || !ci,
             "CI=true but a tmpfs cannot be mounted (the disk-full tests need root)"

@@ -272,6 +272,11 @@ pub fn wait_for(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// Whether a test must not skip for a missing tool (`CI=true`): in CI it fails instead.
+pub fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
+
 /// Kill -9 a run and reap it.
 pub fn kill9(mut child: Child) {
     child.kill().unwrap();
