@@ -7,12 +7,16 @@
 pub mod bench;
 pub mod builtin;
 pub mod cli;
+pub mod command;
 pub mod display;
+pub mod layout;
 pub mod lifecycle;
 pub mod model;
 pub mod recipe;
 pub mod safe_tree;
+pub mod samples;
 pub mod sandbox;
+pub mod scripts;
 pub mod selftest;
 pub mod viewer;
 pub mod workspace;

@@ -7,12 +7,12 @@
 //! `config` is then normalized by the operator component itself.
 
 use crate::builtin;
+use crate::layout::TARGET_DIR;
 use crate::safe_tree::{self, EntryKind, FileRead, TreeLimits};
 use crate::sandbox::{
     self, ComponentDigest, LoadedOperator, Sandbox, StageInput, StageOutput, parse_stage,
     stage_name, types::Stage,
 };
-use crate::workspace::layout::TARGET_DIR;
 use evaluator_harbor::cli::EngineKind;
 use evaluator_harbor::split::TaskFiles;
 use evolve_config_schema::{
@@ -654,7 +654,7 @@ pub async fn check_operators(sb: &Sandbox, mut checked: Checked, base: &Path) ->
         };
         match normalize_with(sb, &op, &Value::Object(binding.config.clone())).await {
             Ok(map) => {
-                if binding.operator == crate::lifecycle::stages::SCRIPT_OPERATOR
+                if binding.operator == crate::scripts::SCRIPT_OPERATOR
                     && let Err(message) = check_script(sb, &op, stage_text, &map, base).await
                 {
                     violations.push(Violation::new(at("config.source"), message));
@@ -715,29 +715,29 @@ async fn check_script(
     config: &Map<String, Value>,
     base: &Path,
 ) -> Result<(), String> {
-    use crate::lifecycle::stages;
+    use crate::scripts;
     let source = config.get("source").and_then(Value::as_str).unwrap_or("");
     let script = match config.get("builtin").and_then(Value::as_str) {
-        Some(name) => match crate::workspace::init::builtin_script(stage, name) {
-            Some(text) => stages::script_source(source, text.to_string()),
+        Some(name) => match scripts::builtin(stage, name) {
+            Some(text) => scripts::source(source, text.to_string()),
             // normalize-config has reported the unknown name.
             None => return Ok(()),
         },
-        None => stages::script_from_file(base, source).map_err(|e| {
+        None => scripts::from_file(base, source).map_err(|e| {
             format!(
                 "{e}; the {stage} script must be at config.source next to the recipe, or config.builtin must name a shipped script"
             )
         })?,
     };
     let config = Value::Object(config.clone()).to_string();
-    let mut input = crate::cli::samples::input(op.stage, &config);
-    stages::attach_script(&mut input, Some(script));
+    let mut input = crate::samples::input(op.stage, &config);
+    scripts::attach(&mut input, Some(script));
     let report = sb
         .call_bare(op, input, Duration::from_secs(10))
         .await
         .map_err(|e| format!("no scratch directory: {e}"))?;
     match report.outcome {
-        Err(sandbox::OperatorFailure::Reported(m)) if stages::is_script_defect(&m) => Err(m),
+        Err(sandbox::OperatorFailure::Reported(m)) if scripts::is_script_defect(&m) => Err(m),
         _ => Ok(()),
     }
 }
@@ -1083,7 +1083,7 @@ fn changeable_files(checked: &Checked, target_files: &[FileRead]) -> Vec<String>
         .map(|f| format!("{TARGET_DIR}/{}", f.path))
         .collect();
     for b in bindings(checked) {
-        files.push(crate::workspace::layout::component_path(&b.stage));
+        files.push(crate::layout::component_path(&b.stage));
         if let Some(source) = b.config.get("source").and_then(Value::as_str) {
             files.push(source.to_string());
         }
@@ -1094,10 +1094,9 @@ fn changeable_files(checked: &Checked, target_files: &[FileRead]) -> Vec<String>
 /// The directories a candidate writes in: `target/`, `operators/` and every directory
 /// holding one of `files` (git keeps no empty one).
 fn directories_of(files: &[String]) -> std::collections::BTreeSet<String> {
-    let mut dirs: std::collections::BTreeSet<String> =
-        [TARGET_DIR, crate::workspace::layout::OPERATORS_DIR]
-            .map(String::from)
-            .into();
+    let mut dirs: std::collections::BTreeSet<String> = [TARGET_DIR, crate::layout::OPERATORS_DIR]
+        .map(String::from)
+        .into();
     for f in files {
         let mut at = f.as_str();
         while let Some((parent, _)) = at.rsplit_once('/') {

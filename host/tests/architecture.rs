@@ -4,12 +4,12 @@
 
 use std::path::{Path, PathBuf};
 
-fn repo() -> PathBuf {
+pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 /// Every `.rs` file under `dir`, relative to `base`, `/`-separated.
-fn rust_files(dir: &Path, base: &Path, out: &mut Vec<String>) {
+pub fn rust_files(dir: &Path, base: &Path, out: &mut Vec<String>) {
     for entry in std::fs::read_dir(dir).unwrap().flatten() {
         let path = entry.path();
         if path.is_dir() {
@@ -21,8 +21,20 @@ fn rust_files(dir: &Path, base: &Path, out: &mut Vec<String>) {
     }
 }
 
-/// The module table: `(module, budget)` for each row `| `path` | layer | budget | role |`.
-fn module_rows(doc: &str) -> Vec<(String, usize)> {
+/// One row of the module table: `| `path` | layer | budget | role |`.
+pub struct Row {
+    pub module: String,
+    pub layer: String,
+    pub budget: usize,
+}
+
+/// docs/ARCHITECTURE.md's table of the host's modules.
+pub fn module_rows() -> Vec<Row> {
+    let doc = std::fs::read_to_string(repo().join("docs/ARCHITECTURE.md")).unwrap();
+    rows_of(&doc)
+}
+
+fn rows_of(doc: &str) -> Vec<Row> {
     let table = doc
         .split("## The host's modules")
         .nth(1)
@@ -36,19 +48,22 @@ fn module_rows(doc: &str) -> Vec<(String, usize)> {
             let budget = cells[2]
                 .parse()
                 .unwrap_or_else(|_| panic!("row {module}: budget {:?} is not a number", cells[2]));
-            (module, budget)
+            Row {
+                module,
+                layer: cells[1].to_string(),
+                budget,
+            }
         })
         .collect()
 }
 
 #[test]
 fn every_host_module_is_listed_within_its_line_budget() {
-    let doc = std::fs::read_to_string(repo().join("docs/ARCHITECTURE.md")).unwrap();
-    let rows = module_rows(&doc);
+    let rows = module_rows();
     let src = repo().join("host/src");
     let mut modules = Vec::new();
     rust_files(&src, &src, &mut modules);
-    let listed: Vec<&str> = rows.iter().map(|(m, _)| m.as_str()).collect();
+    let listed: Vec<&str> = rows.iter().map(|r| r.module.as_str()).collect();
     let unlisted: Vec<&String> = modules
         .iter()
         .filter(|m| !listed.contains(&m.as_str()))
@@ -58,7 +73,7 @@ fn every_host_module_is_listed_within_its_line_budget() {
         "modules missing from docs/ARCHITECTURE.md: {unlisted:?}"
     );
     let mut problems = Vec::new();
-    for (module, budget) in &rows {
+    for Row { module, budget, .. } in &rows {
         match std::fs::read_to_string(src.join(module)) {
             Err(_) => problems.push(format!("{module}: listed, but there is no such file")),
             Ok(text) if text.lines().count() > *budget => problems.push(format!(

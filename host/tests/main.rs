@@ -17,6 +17,7 @@ mod cli_ux;
 mod config_normalization;
 mod driver;
 mod integrity;
+mod layers;
 mod lifecycle;
 mod model_http;
 mod recovery;

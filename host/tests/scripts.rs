@@ -96,7 +96,7 @@ fn a_mutated_select_script_steers_the_next_generation_and_is_archived() {
         &script_binding("operators/select/policy.rhai", Some("score_child_prop")),
     );
     e.init();
-    let builtin = evolve::workspace::init::builtin_script("select", "score_child_prop").unwrap();
+    let builtin = evolve::scripts::builtin("select", "score_child_prop").unwrap();
     assert_eq!(e.gen0_file("operators/select/policy.rhai"), builtin);
     let manifest: Value = serde_json::from_str(&e.gen0_file("operators/manifest.json")).unwrap();
     assert_eq!(
@@ -319,7 +319,7 @@ fn gate_and_record_scripts_load_from_the_committed_child() {
         .unwrap();
     assert_eq!(
         shipped,
-        evolve::workspace::init::builtin_script("gate", "hillclimb")
+        evolve::scripts::builtin("gate", "hillclimb")
             .unwrap()
             .as_bytes()
     );
@@ -674,7 +674,7 @@ fn the_hyperagents_recipe_installs_its_operator_scripts() {
         ("gate", "operators/gate/policy.rhai", "parent_eligible"),
         ("record", "operators/record/notes.rhai", "notes"),
     ] {
-        let text = evolve::workspace::init::builtin_script(stage, builtin).unwrap();
+        let text = evolve::scripts::builtin(stage, builtin).unwrap();
         assert_eq!(read(path), text, "{stage}");
         assert_eq!(manifest["components"][stage]["operator"], "script");
         assert_eq!(

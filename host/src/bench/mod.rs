@@ -23,7 +23,7 @@ pub mod stats;
 pub mod table5;
 pub mod trial;
 
-use crate::cli::{CliError, CliResult, print_json};
+use crate::command::{CliError, CliResult, print_json};
 use crate::sandbox::{Sandbox, SandboxConfig};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -136,7 +136,7 @@ pub fn run(args: BenchArgs) -> CliResult {
 
 /// Run every measurement in `work` (an empty directory), `n` samples each.
 pub fn measure(work: &std::path::Path, n: usize) -> Result<Report, String> {
-    let rt = crate::cli::runtime().map_err(|e| e.what)?;
+    let rt = crate::command::runtime().map_err(|e| e.what)?;
     let sb = Sandbox::new(SandboxConfig::default())
         .map_err(|e| format!("cannot start the sandbox: {e}"))?;
     let recipe_dir = work.join("experiment");

@@ -3,9 +3,10 @@
 
 use super::fixture;
 use super::stats::{Stat, time};
+use crate::layout;
 use crate::lifecycle::{self, child};
 use crate::sandbox::Sandbox;
-use crate::workspace::{init, layout};
+use crate::workspace::init;
 use evolve_archive::{Archive, champion, eligibility};
 use evolve_snapshot::{Limits, Oid, Store, Surface};
 use serde::Serialize;

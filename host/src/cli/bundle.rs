@@ -16,9 +16,10 @@
 //! bundle writer, the format is a short header of refs followed by one pack (which
 //! libgit2 builds and indexes), and so neither export nor verify needs `git` installed.
 
-use super::CliError;
-use super::verify::{Evidence, read_json};
-use crate::workspace::{Workspace, layout, now};
+use crate::command::CliError;
+use crate::layout;
+use crate::workspace::evidence::{Evidence, raw_events_at, read_json};
+use crate::workspace::{Workspace, now};
 use evolve_archive::PublicKey;
 use evolve_snapshot::{Oid, Store};
 use serde_json::{Map, Value, json};
@@ -345,7 +346,7 @@ impl Opened {
         let Some(genesis) = self.store.tag_target(&layout::tag_name("0")).ok().flatten() else {
             return vec!["the repository has no gen/0 tag".into()];
         };
-        let events = super::workspace::raw_events_at(&self.dir.join(ARCHIVE));
+        let events = raw_events_at(&self.dir.join(ARCHIVE));
         crate::lifecycle::agent_driver::verify_recipes_in(&self.store, genesis, None, &events)
     }
 

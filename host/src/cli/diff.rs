@@ -4,9 +4,10 @@
 //! its diff is of the tree it proposed, kept on `refs/evolve/proposed/<genid>`, printed
 //! after the stop's status and reason.
 
-use super::{CliError, CliResult, print_json};
+use crate::command::{CliError, CliResult, print_json};
 use crate::display;
-use crate::workspace::{Workspace, layout};
+use crate::layout;
+use crate::workspace::Workspace;
 use clap::Args;
 use evolve_archive::{Report, Row};
 use evolve_snapshot::{Change, ChangeKind, Oid};
@@ -163,7 +164,7 @@ fn kind(c: &Change) -> &'static str {
 
 pub fn diff_cmd(a: DiffArgs) -> CliResult {
     let ws = Workspace::open(&a.workspace)?;
-    let report = super::verify::Evidence::of_workspace(&ws).audit();
+    let report = crate::workspace::evidence::Evidence::of_workspace(&ws).audit();
     let row = archived_row(&ws, &report, &a.genid)?;
     let against = match &a.against {
         Some(g) => g.clone(),

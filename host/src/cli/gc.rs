@@ -17,7 +17,7 @@
 //! throughout, so no run can start meanwhile, and gc refuses while one holds it, or
 //! when the workspace does not verify.
 
-use super::{CliError, CliResult, print_json};
+use crate::command::{CliError, CliResult, print_json};
 use crate::display;
 use crate::lifecycle::State;
 use crate::lifecycle::child::{Next, next_step};
@@ -122,7 +122,7 @@ fn lock_error(ws: &Workspace, e: LockError) -> CliError {
 
 /// What gc removes, from the archive's certified rows.
 fn plan(ws: &Workspace) -> Result<Vec<Doomed>, CliError> {
-    let (report, repository) = super::verify::Evidence::of_workspace(ws).verify();
+    let (report, repository) = crate::workspace::evidence::Evidence::of_workspace(ws).verify();
     // A workspace that does not verify (a crash's torn tail, tampering) keeps every
     // record: which generations are finished is not known for sure, and the run data
     // may be what explains the findings.

@@ -1,7 +1,7 @@
 //! `evolve keys list|prune`: the private signing keys `evolve init` leaves outside the
 //! workspaces (`workspace::keys`), and removing those whose workspace is gone.
 
-use super::{CliResult, print_json};
+use crate::command::{CliResult, print_json};
 use crate::display;
 use crate::workspace::keys::{self, StoredKey};
 use clap::{Args, Subcommand};

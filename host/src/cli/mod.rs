@@ -12,13 +12,13 @@ mod keys;
 mod operator;
 mod progress;
 mod recipe;
-pub(crate) mod samples;
 mod scaffold;
 pub(crate) mod verify;
 mod workspace;
 
+use crate::command::{CliError, CliResult, print_json};
 use clap::{Args, CommandFactory, Parser, Subcommand};
-use std::fmt;
+
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -151,58 +151,6 @@ struct CompletionsArgs {
     #[arg(long)]
     json: bool,
 }
-
-/// An error for the user: what went wrong, where, and what to do about it.
-#[derive(Debug)]
-pub struct CliError {
-    pub what: String,
-    pub place: Option<String>,
-    pub hint: Option<String>,
-    pub code: u8,
-    /// Lines listed under `what` (every problem of a recipe). Each is escaped on its own:
-    /// a newline inside one is shown, never obeyed, so no text can fake a line.
-    pub details: Vec<String>,
-}
-
-impl CliError {
-    pub fn usage(what: impl Into<String>) -> Self {
-        CliError {
-            what: what.into(),
-            place: None,
-            hint: None,
-            code: 2,
-            details: Vec::new(),
-        }
-    }
-    pub fn at(mut self, place: impl Into<String>) -> Self {
-        self.place = Some(place.into());
-        self
-    }
-    pub fn hint(mut self, hint: impl Into<String>) -> Self {
-        self.hint = Some(hint.into());
-        self
-    }
-}
-
-/// On a terminal each part is one escaped line: an error can quote what an operator
-/// returned, a path in a candidate tree or a line of the archive.
-impl fmt::Display for CliError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "evolve: {}", crate::display::text(&self.what))?;
-        if let Some(place) = &self.place {
-            write!(f, " ({})", crate::display::text(place))?;
-        }
-        for line in &self.details {
-            write!(f, "\n  {}", crate::display::text(line))?;
-        }
-        if let Some(hint) = &self.hint {
-            write!(f, "\n  hint: {}", crate::display::text(hint))?;
-        }
-        Ok(())
-    }
-}
-
-pub type CliResult = Result<ExitCode, CliError>;
 
 pub fn main() -> ExitCode {
     let json = std::env::args().any(|a| a == "--json");
@@ -376,23 +324,6 @@ fn completions_cmd(a: CompletionsArgs) -> CliResult {
         let _ = std::io::stdout().write_all(&script);
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// A current-thread runtime for commands that call operators.
-pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::usage(format!("cannot start the async runtime: {e}")))
-}
-
-/// Print a JSON value, pretty.
-pub(crate) fn print_json(v: &serde_json::Value) {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
-    );
 }
 
 #[cfg(test)]

@@ -1,8 +1,10 @@
 //! `evolve operator …`: the operator author's tools.
 
-use super::{CliError, CliResult, print_json, runtime, samples, scaffold};
+use super::scaffold;
 use crate::builtin;
+use crate::command::{CliError, CliResult, print_json, runtime};
 use crate::display;
+use crate::samples;
 use crate::sandbox::{
     self, Capabilities, GrantRequest, Grants, Limits, LoadedOperator, Sandbox, SandboxConfig,
     StageInput, StageOutput, parse_world, stage_name, types::Stage,
@@ -381,7 +383,7 @@ fn run_sample(
     }
     let mut input = samples::input(op.stage, &config);
     if script_component {
-        crate::lifecycle::stages::attach_script(&mut input, Some(sample_script(&config)?));
+        crate::scripts::attach(&mut input, Some(sample_script(&config)?));
     }
     let grants = Grants::for_stage(
         op.stage,
@@ -435,7 +437,7 @@ fn run_sample(
 /// Whether `op` is a script operator (it describes itself as `<stage>/script`).
 fn is_script_component(sb: &Sandbox, op: &LoadedOperator) -> Result<bool, CliError> {
     Ok(match meta_call(sb, op, StageInput::Describe)? {
-        StageOutput::Description(d) => d.name == crate::lifecycle::stages::SCRIPT_OPERATOR,
+        StageOutput::Description(d) => d.name == crate::scripts::SCRIPT_OPERATOR,
         _ => false,
     })
 }
@@ -462,7 +464,7 @@ fn require_source(spec: &str, stage: Stage, raw: &str) -> Result<(), CliError> {
 fn sample_script(config: &str) -> Result<crate::sandbox::types::ScriptSource, CliError> {
     let config: Value = serde_json::from_str(config).unwrap_or_default();
     let source = config["source"].as_str().unwrap_or_default();
-    crate::lifecycle::stages::script_from_file(Path::new("."), source).map_err(|e| {
+    crate::scripts::from_file(Path::new("."), source).map_err(|e| {
         CliError::usage(format!("cannot read the script config.source names: {e}"))
             .at(source.to_string())
             .hint("config.source is read relative to the current directory")

@@ -224,10 +224,13 @@ impl Drop for Watch {
 /// flight ends as `cancelled`, and the run returns); the second exits at once, as a crash
 /// would (the next `evolve run` recovers, exactly as after `kill -9`). A run left to the
 /// signals' default action would die with its trials' containers still running.
-pub fn watch(rt: &tokio::runtime::Runtime, cancel: Cancel) -> Result<Watch, super::CliError> {
+pub fn watch(
+    rt: &tokio::runtime::Runtime,
+    cancel: Cancel,
+) -> Result<Watch, crate::command::CliError> {
     let _in = rt.enter();
     let mut signals = StopSignals::install()
-        .map_err(|e| super::CliError::usage(format!("cannot handle signals: {e}")))?;
+        .map_err(|e| crate::command::CliError::usage(format!("cannot handle signals: {e}")))?;
     let stopped_by = Arc::new(OnceLock::new());
     let record = stopped_by.clone();
     let task = tokio::spawn(async move {

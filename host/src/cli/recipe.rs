@@ -1,6 +1,6 @@
 //! `evolve recipe list|show|check|schema`.
 
-use super::{CliError, CliResult, print_json, runtime};
+use crate::command::{CliError, CliResult, print_json, runtime};
 use crate::recipe;
 use crate::sandbox::{self, Sandbox, SandboxConfig};
 use clap::Subcommand;

@@ -1,6 +1,6 @@
 //! `evolve operator new` and the cargo invocation behind `evolve operator build`.
 
-use super::CliError;
+use crate::command::CliError;
 use crate::sandbox::parse_world;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -70,7 +70,7 @@ pub fn new_operator(
     write(dir.join("Cargo.toml"), manifest)?;
     write(dir.join("src/lib.rs"), source)?;
     if json_out {
-        super::print_json(&serde_json::json!({
+        crate::command::print_json(&serde_json::json!({
             "created": dir, "files": ["Cargo.toml", "src/lib.rs"],
             "next": [
                 format!("cargo test --manifest-path {}/Cargo.toml", dir.display()),

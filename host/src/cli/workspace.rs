@@ -1,11 +1,12 @@
 //! The workspace commands: `demo`, `init`, `run`, `status`, `log`, `show`, `repair`,
 //! `retry` (`verify` is in `verify.rs`, `diff` in `diff.rs`). Each takes `--json`.
 
-use super::{CliError, CliResult, print_json, runtime};
+use crate::command::{CliError, CliResult, print_json, runtime};
 use crate::display;
 use crate::lifecycle::progress::Progress;
 use crate::lifecycle::{self, Driver, RunOptions, State};
 use crate::sandbox::{self, Sandbox, SandboxConfig};
+use crate::workspace::evidence::{Evidence, raw_events};
 use crate::workspace::{Workspace, WorkspaceError, init};
 use clap::Args;
 use serde_json::{Value, json};
@@ -550,24 +551,7 @@ fn read_state(ws: &Workspace) -> State {
 }
 
 fn audit(ws: &Workspace) -> evolve_archive::Report {
-    super::verify::Evidence::of_workspace(ws).audit()
-}
-
-/// Raw archive events (for display only; certification comes from the audit).
-pub(crate) fn raw_events(ws: &Workspace) -> Vec<Value> {
-    raw_events_at(&ws.paths.archive())
-}
-
-/// The archive file at `path` as JSON lines (unparsable lines skipped: the audit reports
-/// them).
-pub(crate) fn raw_events_at(path: &std::path::Path) -> Vec<Value> {
-    std::fs::read(path)
-        .map(|b| {
-            b.split(|c| *c == b'\n')
-                .filter_map(|l| serde_json::from_slice(l).ok())
-                .collect()
-        })
-        .unwrap_or_default()
+    Evidence::of_workspace(ws).audit()
 }
 
 pub fn status_cmd(a: DirArgs) -> CliResult {

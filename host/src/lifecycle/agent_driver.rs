@@ -28,6 +28,7 @@ use super::evaluate::EvalRequest;
 use super::stages::write_json;
 use super::{Driver, Result, RunError, State, fmt_score};
 use crate::builtin;
+use crate::layout;
 use crate::model::Bill;
 use crate::recipe;
 use crate::sandbox::types::{DriverFeedback, Stage};
@@ -35,7 +36,7 @@ use crate::sandbox::{
     Capabilities, Grants, Limits, LoadedOperator, NoModel, NoTasks, Sandbox, StageInput,
     StageOutput,
 };
-use crate::workspace::{Workspace, layout};
+use crate::workspace::Workspace;
 use evaluator_harbor::split::SplitName;
 use evolve_archive::{Archive, Row};
 use evolve_snapshot::Oid;
@@ -812,44 +813,4 @@ fn clip(s: &str) -> String {
 
 fn short(sha: &str) -> &str {
     &sha[..sha.len().min(12)]
-}
-
-/// A small feedback for `evolve operator run driver/NAME`.
-pub fn sample_feedback() -> DriverFeedback {
-    use crate::sandbox::types::*;
-    let bindings = |select: &str| {
-        vec![BindingOutcome {
-            stage: Stage::Select,
-            operator: select.into(),
-            outcome: StageOutcome::Ok,
-        }]
-    };
-    let generation = |n: u32, score: f64, keep: bool| GenerationFeedback {
-        generation_id: n.to_string(),
-        parent: (n > 0).then(|| "0".to_string()),
-        generation: n,
-        status: GenerationStatus::Complete,
-        score: Some(score),
-        verdict: Some(if keep {
-            Verdict::Keep
-        } else {
-            Verdict::Discard
-        }),
-        failure_stage: None,
-        reason: None,
-        recipe_sha256: "0".repeat(64),
-        bindings: if n == 0 { vec![] } else { bindings("greedy") },
-    };
-    DriverFeedback {
-        generation: 3,
-        generations: vec![
-            generation(0, 0.4, true),
-            generation(1, 0.6, true),
-            generation(2, 0.5, false),
-            generation(3, 0.6, false),
-        ],
-        champion: Some("1".into()),
-        active_bindings: json!({"select": {"operator": "greedy", "config": {}}}).to_string(),
-        active_recipe_sha256: "0".repeat(64),
-    }
 }

@@ -7,7 +7,8 @@
 //! re-running them, and says so (`source_attempts` and a `repair` event).
 
 use super::progress::{Channel, TrialProgress};
-use crate::workspace::{Workspace, layout};
+use crate::layout;
+use crate::workspace::Workspace;
 use evaluator_harbor::agent::{AgentManifest, AgentSpec};
 use evaluator_harbor::engine::{Engine, EvaluationPlan, run_evaluation};
 use evaluator_harbor::result::{
@@ -360,4 +361,44 @@ fn invalid_agent(
         policy,
         0.0,
     )
+}
+
+/// The driver's side of an evaluation: progress events around it, and the user's interrupt.
+impl super::Driver {
+    /// Run an evaluation with trial progress, stopped (and archived as `cancelled`)
+    /// when the user interrupts the run. Completed trials stay on disk for the resume.
+    pub(crate) async fn evaluate_observed(
+        &self,
+        req: &EvalRequest,
+    ) -> super::Result<Result<Evaluated, EvalError>> {
+        self.check_cancelled(&format!("evaluating gen {}", req.genid))?;
+        self.progress
+            .emit(super::progress::Event::EvaluationStarted {
+                genid: req.genid.clone(),
+                purpose: req.purpose.to_string(),
+            });
+        let started = std::time::Instant::now();
+        let result = tokio::select! {
+            biased;
+            () = self.cancel.cancelled() => None,
+            r = evaluate_with(&self.ws, self.engine.clone(), req, &self.progress) => Some(r),
+        };
+        if let Ok(mut t) = self.evaluation_time.lock() {
+            *t += started.elapsed();
+        }
+        let Some(result) = result else {
+            let parent = req.parent.as_deref();
+            return Err(self.cancelled(std::slice::from_ref(&req.genid), "evaluate", parent));
+        };
+        if let Ok(ev) = &result {
+            self.progress
+                .emit(super::progress::Event::EvaluationFinished {
+                    genid: req.genid.clone(),
+                    purpose: req.purpose.to_string(),
+                    outcome: ev.outcome.clone(),
+                    score: ev.score,
+                });
+        }
+        Ok(result)
+    }
 }

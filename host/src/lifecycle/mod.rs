@@ -23,9 +23,10 @@ pub mod stages;
 pub mod train;
 pub mod view;
 
+use crate::layout;
 use crate::recipe::Recipe;
 use crate::sandbox::{Sandbox, StageInput, StageOutput, types::Stage};
-use crate::workspace::{Workspace, layout, now};
+use crate::workspace::{Workspace, now};
 use evaluate::{EvalError, EvalRequest, Evaluated};
 use evaluator_harbor::engine::Engine;
 use evaluator_harbor::split::SplitName;

@@ -7,7 +7,8 @@
 //!   archive as its writer, and the repair is archived.
 
 use super::{Result, RunError};
-use crate::workspace::{Workspace, layout, now};
+use crate::layout;
+use crate::workspace::{Workspace, now};
 use evolve_archive::{RunLock, types};
 use evolve_snapshot::{Limits as SnapshotLimits, Oid};
 use serde_json::{Map, Value, json};

@@ -13,13 +13,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 mod edits;
-mod script;
+use crate::scripts;
+pub use crate::scripts::{recorded_identities, recorded_identity};
 pub use edits::{OperatorDefect, Problem as OperatorDefectProblem};
-pub use script::{
-    SCRIPT_OPERATOR, attach as attach_script, check_path as check_script_path,
-    from_file as script_from_file, is_script_defect, recorded_identities, recorded_identity,
-    source as script_source,
-};
 
 /// The recipe's operator bindings, ready to call.
 pub struct Stages {
@@ -229,7 +225,7 @@ impl Stages {
         std::fs::create_dir_all(&scratch)
             .map_err(|e| fail(format!("cannot create {}: {e}", scratch.display())))?;
         write_json(&run_dir.join("input.json"), &record);
-        let rel = crate::workspace::layout::component_path(stage_name(stage));
+        let rel = crate::layout::component_path(stage_name(stage));
         // A stage a driver rebound loads the host-frozen component instead (docs/driver.md).
         let rebound = self.rebound(stage);
         let from = rebound.as_ref().map_or(checkout, |r| r.dir.as_path());
@@ -247,8 +243,13 @@ impl Stages {
             )));
         }
         // The script comes from the stage's own checkout, like its component would.
-        let script = script::read(self.binding(stage).as_ref(), checkout).map_err(unloadable)?;
-        script::attach(&mut input, script.clone());
+        let script = self
+            .binding(stage)
+            .map_or(Ok(None), |b| {
+                scripts::read(&b.operator, &b.config, checkout)
+            })
+            .map_err(unloadable)?;
+        scripts::attach(&mut input, script.clone());
         let grants = Grants::for_stage(
             stage,
             &GrantRequest {
@@ -271,7 +272,7 @@ impl Stages {
                 json!({"error": {"kind": f.kind(), "message": f.to_string()}, "component_sha256": evolve_archive::canonical::hex(&op.digest), "elapsed_ms": report.elapsed.as_millis() as u64})
             }
         };
-        script::identity_fields(script.as_ref(), &mut result);
+        scripts::identity_fields(script.as_ref(), &mut result);
         write_json(&run_dir.join("result.json"), &result);
         report.outcome.map_err(|f| StageFailure {
             stage,

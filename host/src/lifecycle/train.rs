@@ -4,10 +4,11 @@
 //! additionally builds its plan from the train split alone, so a gate or sealed task can
 //! never be run or named through it.
 
+use crate::layout;
 use crate::sandbox::tasks::{RunRequest, TasksError, TrialReport};
 use crate::sandbox::types::TrialStatus as WitStatus;
 use crate::sandbox::{BoxFuture, TaskBackend};
-use crate::workspace::{Workspace, layout};
+use crate::workspace::Workspace;
 use evaluator_harbor::agent::{AgentManifest, AgentSpec};
 use evaluator_harbor::engine::{Engine, EvaluationPlan, NoProgress, run_evaluation};
 use evaluator_harbor::result::{ScoringPolicy, TrialResult, TrialStatus};

@@ -3,7 +3,6 @@
 
 use super::config::{ModelConfig, ModelConfigError, endpoint_parts};
 use super::ledger::SpendLedger;
-use super::meter::MeteredModel;
 use super::redact::{Redactor, truncate};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -14,7 +13,6 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 use std::fmt;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -149,13 +147,6 @@ impl ModelClient {
     /// Whether requests carry an `Authorization` header.
     pub fn has_api_key(&self) -> bool {
         self.inner.authorization.is_some()
-    }
-
-    /// A backend for one stage call: it refuses calls the remaining budget cannot pay
-    /// for, meters what the provider reports, and appends every attempt to
-    /// `<log_dir>/model.jsonl`.
-    pub fn scope(&self, budget_left_usd: f64, log_dir: PathBuf) -> MeteredModel {
-        MeteredModel::new(self.clone(), budget_left_usd, log_dir)
     }
 
     pub(crate) fn redactor(&self) -> &Redactor {

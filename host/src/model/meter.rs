@@ -85,6 +85,15 @@ pub struct MeteredModel {
     log: Mutex<()>,
 }
 
+impl ModelClient {
+    /// A backend for one stage call: it refuses calls the remaining budget cannot pay
+    /// for, meters what the provider reports, and appends every attempt to
+    /// `<log_dir>/model.jsonl`.
+    pub fn scope(&self, budget_left_usd: f64, log_dir: PathBuf) -> MeteredModel {
+        MeteredModel::new(self.clone(), budget_left_usd, log_dir)
+    }
+}
+
 impl MeteredModel {
     pub(crate) fn new(client: ModelClient, budget_left_usd: f64, log_dir: PathBuf) -> Self {
         let budget_left_usd = if budget_left_usd.is_nan() {

@@ -1,6 +1,7 @@
 //! Every way an operator call can fail, as one typed value.
 
 use super::contract::ContractError;
+use super::quota::QuotaBreach;
 use std::fmt;
 use std::time::Duration;
 
@@ -146,23 +147,6 @@ impl fmt::Display for OperatorFailure {
             OperatorFailure::Cancelled => write!(f, "the call was cancelled (the run was stopped)"),
         }
     }
-}
-
-/// What a call added to one writable grant past its quota. Bytes are apparent file
-/// sizes (a sparse file counts at its length); files count every new entry (file,
-/// directory, link).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QuotaBreach {
-    /// The guest path of the grant (`/scratch`, `/target`, `/operators`).
-    pub grant: String,
-    pub bytes: u64,
-    pub files: u64,
-    pub limit_bytes: u64,
-    pub limit_files: u64,
-    /// The walk stopped once the quota was clearly exceeded: the guest wrote more.
-    pub at_least: bool,
-    /// Why part of the grant could not be walked (counted as over the quota).
-    pub unwalkable: Option<String>,
 }
 
 /// Turn a wasmtime error from instantiate/call into a typed failure.

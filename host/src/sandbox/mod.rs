@@ -34,12 +34,13 @@ pub use cache::{CacheSource, ComponentDigest, default_cache_dir, hex};
 pub use cancel::Cancel;
 pub use capabilities::{BoxFuture, Capabilities, ModelBackend, NoModel, NoTasks, TaskBackend};
 pub use contract::{ALL_STAGES, ALL_WORLDS, ContractError, parse_stage, parse_world, stage_name};
-pub use failure::{LoadError, LoadErrorKind, OperatorFailure, QuotaBreach, panic_message};
+pub use failure::{LoadError, LoadErrorKind, OperatorFailure, panic_message};
 pub use io::{StageInput, StageOutput};
 pub use output::CapturedOutput;
 pub use policy::{
     DEFAULT_DISK_FILES, DEFAULT_DISK_MIB, GrantRequest, Grants, Limits, MAX_CHILDREN_PER_GEN,
 };
+pub use quota::QuotaBreach;
 pub use results::{
     MAX_ANNOTATION_BYTES, MAX_PLAYBOOK_BYTES, MAX_PLAYBOOK_OP_BYTES, check_playbook_size,
     relative_path,

@@ -15,13 +15,29 @@
 //! bytes are the apparent sizes of regular files (a sparse file counts at its length,
 //! so `set_len(1 TiB)` is over), files are entries of any kind (file, directory, link).
 
-use super::failure::QuotaBreach;
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// What a call added to one writable grant past its quota. Bytes are apparent file
+/// sizes (a sparse file counts at its length); files count every new entry (file,
+/// directory, link).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotaBreach {
+    /// The guest path of the grant (`/scratch`, `/target`, `/operators`).
+    pub grant: String,
+    pub bytes: u64,
+    pub files: u64,
+    pub limit_bytes: u64,
+    pub limit_files: u64,
+    /// The walk stopped once the quota was clearly exceeded: the guest wrote more.
+    pub at_least: bool,
+    /// Why part of the grant could not be walked (counted as over the quota).
+    pub unwalkable: Option<String>,
+}
 
 /// The trap the epoch callback raises once the watcher saw a grant over its quota.
 #[derive(Debug)]

@@ -3,58 +3,10 @@
 //! reproducible from the evidence (its certified commit, evaluated again on a fresh
 //! checkout, scores what the archive says).
 
-use super::lab::{Lab, Trial, events};
+use super::lab::{Lab, Trial, Verified, events, verify};
 use crate::lifecycle::evaluate::{EvalError, EvalRequest, Evaluated, evaluate};
 use crate::workspace::Workspace;
 use serde_json::Value;
-
-/// What `evolve verify --json` reported.
-pub struct Verified {
-    pub ok: bool,
-    pub kinds: Vec<String>,
-    pub champion: Option<(String, f64)>,
-}
-
-/// Run `evolve verify ws --json`; exit 0 or 1 with a report, anything else is an error.
-pub fn verify(lab: &Lab, t: &Trial) -> Result<Verified, String> {
-    let out = lab.run(&t.dir, &["verify", "ws", "--json"])?;
-    let report: Value = serde_json::from_str(&out.stdout).map_err(|e| {
-        format!(
-            "`evolve verify --json` printed no JSON ({e}): {}",
-            out.tail()
-        )
-    })?;
-    let ok = report["ok"] == true;
-    if out.code != Some(if ok { 0 } else { 1 }) {
-        return Err(format!(
-            "`evolve verify` ended with {} with ok = {ok}",
-            out.exit()
-        ));
-    }
-    let mut kinds: Vec<String> = report["findings"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|f| f["kind"].as_str().map(str::to_string))
-        .collect();
-    if report["repository_findings"]
-        .as_array()
-        .is_some_and(|a| !a.is_empty())
-    {
-        kinds.push("repository".into());
-    }
-    let champion = report["champion"]["genid"].as_str().map(|g| {
-        (
-            g.to_string(),
-            report["champion"]["score"].as_f64().unwrap_or(f64::NAN),
-        )
-    });
-    Ok(Verified {
-        ok,
-        kinds,
-        champion,
-    })
-}
 
 /// `evolve verify` passes.
 pub fn verify_clean(lab: &Lab, t: &Trial) -> Result<Verified, String> {

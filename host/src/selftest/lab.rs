@@ -272,7 +272,7 @@ impl Lab {
         let start = Instant::now();
         let r = Reference {
             history: super::compare::history(&events(&t.ws)?),
-            champion: super::checks::verify(self, &t)?.champion,
+            champion: verify(self, &t)?.champion,
         };
         self.setup.set(self.setup.get() + start.elapsed());
         self.references.borrow_mut().insert(key, r.clone());
@@ -503,4 +503,52 @@ fn recipe(spec: &Spec, components: &Path) -> String {
         timeout = spec.mutate_timeout_s,
         mutate = spec.mutate,
     )
+}
+
+/// What `evolve verify --json` reported.
+pub struct Verified {
+    pub ok: bool,
+    pub kinds: Vec<String>,
+    pub champion: Option<(String, f64)>,
+}
+
+/// Run `evolve verify ws --json`; exit 0 or 1 with a report, anything else is an error.
+pub fn verify(lab: &Lab, t: &Trial) -> Result<Verified, String> {
+    let out = lab.run(&t.dir, &["verify", "ws", "--json"])?;
+    let report: Value = serde_json::from_str(&out.stdout).map_err(|e| {
+        format!(
+            "`evolve verify --json` printed no JSON ({e}): {}",
+            out.tail()
+        )
+    })?;
+    let ok = report["ok"] == true;
+    if out.code != Some(if ok { 0 } else { 1 }) {
+        return Err(format!(
+            "`evolve verify` ended with {} with ok = {ok}",
+            out.exit()
+        ));
+    }
+    let mut kinds: Vec<String> = report["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["kind"].as_str().map(str::to_string))
+        .collect();
+    if report["repository_findings"]
+        .as_array()
+        .is_some_and(|a| !a.is_empty())
+    {
+        kinds.push("repository".into());
+    }
+    let champion = report["champion"]["genid"].as_str().map(|g| {
+        (
+            g.to_string(),
+            report["champion"]["score"].as_f64().unwrap_or(f64::NAN),
+        )
+    });
+    Ok(Verified {
+        ok,
+        kinds,
+        champion,
+    })
 }

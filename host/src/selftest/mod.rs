@@ -16,7 +16,7 @@ pub mod compare;
 pub mod lab;
 pub mod scenarios;
 
-use crate::cli::{CliError, CliResult, print_json};
+use crate::command::{CliError, CliResult, print_json};
 use clap::Args;
 use serde_json::{Value, json};
 use std::process::ExitCode;

@@ -5,9 +5,10 @@
 //! repository's commits, and the per-stage records under `runs/`. Nothing here takes the run
 //! lock or opens a file for writing, so it is safe while `evolve run` is appending.
 
-use crate::cli::verify::Evidence;
+use crate::layout;
 use crate::sandbox::{ALL_STAGES, stage_name};
-use crate::workspace::{Workspace, layout};
+use crate::workspace::Workspace;
+use crate::workspace::evidence::Evidence;
 use evolve_archive::event::genid_generation;
 use evolve_archive::{Evaluation, Report, Row};
 use evolve_snapshot::Oid;

@@ -15,7 +15,7 @@
 
 pub mod data;
 
-use crate::cli::{CliError, CliResult};
+use crate::command::{CliError, CliResult};
 use crate::workspace::Workspace;
 use axum::Router;
 use axum::extract::{Path as UrlPath, Request, State};
@@ -284,7 +284,7 @@ pub async fn serve(listener: tokio::net::TcpListener, viewer: Arc<Viewer>) -> st
 pub fn view_cmd(a: ViewArgs) -> CliResult {
     let ws = Workspace::open(&a.dir)?;
     let root = ws.root().to_path_buf();
-    let rt = crate::cli::runtime()?;
+    let rt = crate::command::runtime()?;
     rt.block_on(async {
         let listener = bind(a.port.unwrap_or(0)).await.map_err(|e| {
             CliError::usage(format!("cannot listen on 127.0.0.1: {e}"))

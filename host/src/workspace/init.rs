@@ -18,9 +18,9 @@
 //! was absent or empty); a workspace left by a killed init is visibly incomplete, and
 //! `init` into the same directory refuses to overwrite it.
 
-use super::layout::{self, Paths};
 use super::{EngineConfig, Result, Workspace, err, key_path, now};
 use crate::builtin;
+use crate::layout::{self, Paths};
 use crate::recipe::{self, ComponentFile, Recipe};
 use crate::safe_tree::FileRead;
 use crate::sandbox::{Sandbox, parse_stage};
@@ -554,49 +554,6 @@ fn add_operators(
     Ok(())
 }
 
-/// Shipped operator scripts, `(stage, name, text)`: what `config.builtin` of an
-/// `operator: script` binding names (docs/scripts.md).
-const BUILTIN_SCRIPTS: &[(&str, &str, &str)] = &[
-    (
-        "select",
-        "score_child_prop",
-        include_str!("../../../operators/select/script/scripts/score_child_prop.rhai"),
-    ),
-    (
-        "validate",
-        "minibatch_improvement",
-        include_str!("../../../operators/validate/script/scripts/minibatch_improvement.rhai"),
-    ),
-    (
-        "novelty",
-        "accept_all",
-        include_str!("../../../operators/novelty/script/scripts/accept_all.rhai"),
-    ),
-    (
-        "gate",
-        "hillclimb",
-        include_str!("../../../operators/gate/script/scripts/hillclimb.rhai"),
-    ),
-    (
-        "gate",
-        "parent_eligible",
-        include_str!("../../../operators/gate/script/scripts/parent_eligible.rhai"),
-    ),
-    (
-        "record",
-        "notes",
-        include_str!("../../../operators/record/script/scripts/notes.rhai"),
-    ),
-];
-
-/// The text of a shipped script.
-pub fn builtin_script(stage: &str, name: &str) -> Option<&'static str> {
-    BUILTIN_SCRIPTS
-        .iter()
-        .find(|(s, n, _)| *s == stage && *n == name)
-        .map(|(_, _, text)| *text)
-}
-
 /// For an `operator: script` binding, put its script at `config.source` in gen/0: the
 /// shipped script `config.builtin`, else the file at `source` next to the recipe. Two
 /// bindings may share a source only with the same text. Returns the manifest's record
@@ -608,7 +565,7 @@ fn install_script(
     files: &mut Gen0,
     installed: &mut BTreeMap<String, String>,
 ) -> Result<Option<Value>> {
-    if binding.operator != crate::lifecycle::stages::SCRIPT_OPERATOR {
+    if binding.operator != crate::scripts::SCRIPT_OPERATOR {
         return Ok(None);
     }
     let at = format!("operators.{stage}.config");
@@ -617,11 +574,10 @@ fn install_script(
         .get("source")
         .and_then(Value::as_str)
         .ok_or_else(|| err(format!("{at}.source: a script operator names its script")))?;
-    crate::lifecycle::stages::check_script_path(source)
-        .map_err(|e| err(format!("{at}.source: {e}")))?;
+    crate::scripts::check_path(source).map_err(|e| err(format!("{at}.source: {e}")))?;
     let (text, origin) = match binding.config.get("builtin").and_then(Value::as_str) {
         Some(name) => (
-            builtin_script(stage, name)
+            crate::scripts::builtin(stage, name)
                 .ok_or_else(|| err(format!("{at}.builtin: no shipped {stage} script `{name}`")))?
                 .to_string(),
             format!("builtin:{stage}/{name}"),

@@ -1,19 +1,19 @@
 //! An experiment workspace: a git repository holding the target, the frozen operators,
 //! the frozen evaluator and the public key, plus host-only state (archive, receipts,
-//! run lock) that no operator is ever granted. See [`layout`] for the file map.
+//! run lock) that no operator is ever granted. See [`crate::layout`] for the file map.
 //!
 //! Everything the framework trusts is read from `gen/0`'s commit, never from the working
 //! tree: a hand edit of `recipe.yaml` or `evaluator/` in the working tree changes nothing.
 
+pub mod evidence;
 pub mod init;
 pub mod keys;
-pub mod layout;
 
+use crate::layout::{self, Paths};
 use crate::recipe::{self, Recipe};
 use evaluator_harbor::split::{FrozenTaskSet, SplitName};
 use evolve_archive::{Archive, ExperimentKey, PublicKey};
 use evolve_snapshot::{Oid, Store};
-use layout::Paths;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::fmt;

@@ -7,7 +7,7 @@
 //! this crate and neither on the other, so the layers stay one-way; each tests its
 //! check against this list, so neither can keep a copy that drifts.
 //!
-//! `host/src/workspace/layout.rs` describes where each of these lives.
+//! `host/src/layout.rs` describes where each of these lives.
 
 #![no_std]
 

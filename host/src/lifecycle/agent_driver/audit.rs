@@ -4,7 +4,8 @@
 
 use super::revision::{FIXED_KEYS, first_difference};
 use super::{DRIVER_EVENT, frozen_root, genesis_recipe, genesis_recipe_in};
-use crate::workspace::{Workspace, layout};
+use crate::layout;
+use crate::workspace::Workspace;
 use evolve_snapshot::{Oid, Store};
 use serde_json::Value;
 use std::collections::BTreeMap;

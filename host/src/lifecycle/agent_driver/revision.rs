@@ -217,7 +217,7 @@ impl Checker<'_> {
 
     /// gen/0's frozen component for `stage`.
     fn genesis_operator(&self, stage: &str) -> Result<LoadedOperator, Vec<String>> {
-        let rel = crate::workspace::layout::component_path(stage);
+        let rel = crate::layout::component_path(stage);
         let bytes = self
             .genesis_components
             .get(stage)

@@ -16,10 +16,11 @@
 //! another operator could never make its schema match; what the new operator does with
 //! the configuration is its behaviour, judged by its results like any other.
 
-use super::{Stages, script};
+use super::Stages;
+use crate::layout;
 use crate::sandbox::types::Stage;
 use crate::sandbox::{LoadError, LoadErrorKind, LoadedOperator, StageInput, parse_stage};
-use crate::workspace::layout;
+use crate::scripts;
 use evolve_snapshot::{Change, ChangeKind};
 use serde_json::Value;
 use std::fmt;
@@ -108,7 +109,7 @@ impl Stages {
                 let Some(binding) = self.binding(stage) else {
                     continue;
                 };
-                let is_script = binding.operator == script::SCRIPT_OPERATOR
+                let is_script = binding.operator == scripts::SCRIPT_OPERATOR
                     && binding.config.get("source").and_then(Value::as_str)
                         == Some(change.path.as_str());
                 if !is_script {
@@ -166,7 +167,12 @@ impl Stages {
             return Err(Problem::Deleted);
         }
         let binding = self.binding(stage);
-        let source = script::read(binding.as_ref(), checkout).map_err(Problem::Script)?;
+        let source = binding
+            .as_ref()
+            .map_or(Ok(None), |b| {
+                scripts::read(&b.operator, &b.config, checkout)
+            })
+            .map_err(Problem::Script)?;
         let rel = layout::component_path(crate::sandbox::stage_name(stage));
         // A broken component is reported for its own path; the script cannot be judged.
         let Ok(op) = self.load(stage, checkout, &rel) else {
@@ -175,15 +181,15 @@ impl Stages {
         let config = binding
             .map(|b| Value::Object(b.config).to_string())
             .unwrap_or_else(|| "{}".into());
-        let mut input = crate::cli::samples::input(stage, &config);
-        script::attach(&mut input, source);
+        let mut input = crate::samples::input(stage, &config);
+        scripts::attach(&mut input, source);
         let report = self
             .sandbox
             .call_bare(&op, input, CHECK_TIMEOUT)
             .await
             .map_err(|e| Problem::Script(format!("no scratch directory: {e}")))?;
         match report.outcome {
-            Err(crate::sandbox::OperatorFailure::Reported(m)) if script::is_script_defect(&m) => {
+            Err(crate::sandbox::OperatorFailure::Reported(m)) if scripts::is_script_defect(&m) => {
                 Err(Problem::Script(m))
             }
             _ => Ok(()),

@@ -1,8 +1,10 @@
-//! Sample inputs for `evolve operator run`: a small archive and candidate that show
-//! what each stage receives, so an operator can be tried without an experiment.
+//! Sample inputs for `evolve operator run`, `recipe check` and the self-edit check: a
+//! small archive and candidate that show what each stage receives, so an operator can be
+//! tried without an experiment.
 
 use crate::sandbox::StageInput;
 use crate::sandbox::types::*;
+use serde_json::json;
 
 pub fn context(config: &str, parent: Option<&str>) -> CallContext {
     CallContext {
@@ -169,7 +171,46 @@ pub fn input(stage: Stage, config: &str) -> StageInput {
         },
         Stage::Driver => StageInput::Driver {
             ctx: ctx(None),
-            feedback: crate::lifecycle::agent_driver::sample_feedback(),
+            feedback: sample_feedback(),
         },
+    }
+}
+
+/// A small feedback for `evolve operator run driver/NAME`.
+pub fn sample_feedback() -> DriverFeedback {
+    let bindings = |select: &str| {
+        vec![BindingOutcome {
+            stage: Stage::Select,
+            operator: select.into(),
+            outcome: StageOutcome::Ok,
+        }]
+    };
+    let generation = |n: u32, score: f64, keep: bool| GenerationFeedback {
+        generation_id: n.to_string(),
+        parent: (n > 0).then(|| "0".to_string()),
+        generation: n,
+        status: GenerationStatus::Complete,
+        score: Some(score),
+        verdict: Some(if keep {
+            Verdict::Keep
+        } else {
+            Verdict::Discard
+        }),
+        failure_stage: None,
+        reason: None,
+        recipe_sha256: "0".repeat(64),
+        bindings: if n == 0 { vec![] } else { bindings("greedy") },
+    };
+    DriverFeedback {
+        generation: 3,
+        generations: vec![
+            generation(0, 0.4, true),
+            generation(1, 0.6, true),
+            generation(2, 0.5, false),
+            generation(3, 0.6, false),
+        ],
+        champion: Some("1".into()),
+        active_bindings: json!({"select": {"operator": "greedy", "config": {}}}).to_string(),
+        active_recipe_sha256: "0".repeat(64),
     }
 }

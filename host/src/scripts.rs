@@ -2,9 +2,9 @@
 //! binding names from the checkout the stage's component is loaded from, so the loading
 //! rule of the stage is the script's too, and the component never opens the file. The
 //! script's path and SHA-256 join the component's digest as the call's operator
-//! identity, in the call's `result.json` and in the archive.
+//! identity, in the call's `result.json` and in the archive. The shipped scripts
+//! (`config.builtin`) are here too.
 
-use crate::recipe::Binding;
 use crate::sandbox::StageInput;
 use crate::sandbox::types::ScriptSource;
 use serde_json::{Map, Value, json};
@@ -15,13 +15,17 @@ pub const SCRIPT_OPERATOR: &str = "script";
 /// A script larger than this is refused (a script is source text a model edits).
 pub const MAX_SCRIPT_BYTES: u64 = 1 << 20;
 
-/// The script `binding` names, read from `checkout`; `None` for a compiled operator.
-pub fn read(binding: Option<&Binding>, checkout: &Path) -> Result<Option<ScriptSource>, String> {
-    let Some(b) = binding.filter(|b| b.operator == SCRIPT_OPERATOR) else {
+/// The script a binding of `operator` with `config` names, read from `checkout`; `None`
+/// for a compiled operator.
+pub fn read(
+    operator: &str,
+    config: &Map<String, Value>,
+    checkout: &Path,
+) -> Result<Option<ScriptSource>, String> {
+    if operator != SCRIPT_OPERATOR {
         return Ok(None);
-    };
-    let path = b
-        .config
+    }
+    let path = config
         .get("source")
         .and_then(Value::as_str)
         .ok_or("a script operator needs config.source, the script's path under operators/")?;
@@ -159,6 +163,49 @@ pub fn recorded_identities(run_dir: &Path, upto: crate::sandbox::types::Stage) -
         }
     }
     Value::Object(out)
+}
+
+/// Shipped operator scripts, `(stage, name, text)`: what `config.builtin` of an
+/// `operator: script` binding names (docs/scripts.md).
+const BUILTIN_SCRIPTS: &[(&str, &str, &str)] = &[
+    (
+        "select",
+        "score_child_prop",
+        include_str!("../../operators/select/script/scripts/score_child_prop.rhai"),
+    ),
+    (
+        "validate",
+        "minibatch_improvement",
+        include_str!("../../operators/validate/script/scripts/minibatch_improvement.rhai"),
+    ),
+    (
+        "novelty",
+        "accept_all",
+        include_str!("../../operators/novelty/script/scripts/accept_all.rhai"),
+    ),
+    (
+        "gate",
+        "hillclimb",
+        include_str!("../../operators/gate/script/scripts/hillclimb.rhai"),
+    ),
+    (
+        "gate",
+        "parent_eligible",
+        include_str!("../../operators/gate/script/scripts/parent_eligible.rhai"),
+    ),
+    (
+        "record",
+        "notes",
+        include_str!("../../operators/record/script/scripts/notes.rhai"),
+    ),
+];
+
+/// The text of a shipped script.
+pub fn builtin(stage: &str, name: &str) -> Option<&'static str> {
+    BUILTIN_SCRIPTS
+        .iter()
+        .find(|(s, n, _)| *s == stage && *n == name)
+        .map(|(_, _, text)| *text)
 }
 
 #[cfg(test)]
