@@ -2,14 +2,9 @@
 //! machine). One iteration of every measurement, through the real binary.
 
 use serde_json::Value;
-use std::process::Command;
 
-fn bench(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_evolve"))
-        .arg("bench")
-        .args(args)
-        .output()
-        .expect("the evolve binary runs")
+fn bench(args: &[&str]) -> crate::cmd::Ran {
+    crate::cmd::evolve(["bench"]).args(args).run()
 }
 
 fn stat_ok(v: &Value, what: &str) {

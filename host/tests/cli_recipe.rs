@@ -1,19 +1,9 @@
 //! `evolve recipe check|schema` as a user runs them: every problem at once, operator
 //! configurations normalized by the operator components themselves.
 
+use super::cmd::evolve;
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn evolve(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_evolve"))
-        .args(args)
-        .env(
-            "EVOLVE_CACHE_DIR",
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join("evolve-cache"),
-        )
-        .output()
-        .expect("the evolve binary runs")
-}
+use std::process::Output;
 
 fn recipe(mutate: &str, gate_config: &str, record: &str) -> String {
     format!(
@@ -40,7 +30,7 @@ fn a_valid_recipe_is_normalized_by_its_operators() {
     std::fs::copy(&component, dir.path().join("mutator.wasm")).unwrap();
     let path = dir.path().join("recipe.yaml");
     std::fs::write(&path, recipe("./mutator.wasm", "{}", "notes")).unwrap();
-    let out = evolve(&["recipe", "check", path.to_str().unwrap(), "--json"]);
+    let out = evolve(["recipe", "check", path.to_str().unwrap(), "--json"]).run();
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -66,7 +56,7 @@ fn operator_problems_are_reported_with_their_paths() {
         recipe("missing.wasm", "{strict: sometimes, extra: 1}", "nope"),
     )
     .unwrap();
-    let out = evolve(&["recipe", "check", path.to_str().unwrap()]);
+    let out = evolve(["recipe", "check", path.to_str().unwrap()]).run();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     let lines: Vec<&str> = err.lines().skip(1).collect();
@@ -88,14 +78,14 @@ fn operator_problems_are_reported_with_their_paths() {
 
 #[test]
 fn schema_is_json_schema() {
-    let out = evolve(&["recipe", "schema"]);
+    let out = evolve(["recipe", "schema"]).run();
     assert_eq!(out.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["type"], "object");
     assert!(
         v["properties"]["operators"]["properties"]["mutate"]["properties"]["timeout_s"].is_object()
     );
-    let missing = evolve(&["recipe", "check", "/nonexistent/recipe.yaml"]);
+    let missing = evolve(["recipe", "check", "/nonexistent/recipe.yaml"]).run();
     assert_eq!(missing.status.code(), Some(2));
     let err = String::from_utf8_lossy(&missing.stderr);
     assert!(
@@ -114,7 +104,7 @@ fn bindings_carry_a_disk_quota() {
     std::fs::copy(&component, dir.path().join("mutator.wasm")).unwrap();
     let path = dir.path().join("recipe.yaml");
     std::fs::write(&path, recipe("./mutator.wasm", "{}", "notes")).unwrap();
-    let out = evolve(&["recipe", "check", path.to_str().unwrap(), "--json"]);
+    let out = evolve(["recipe", "check", path.to_str().unwrap(), "--json"]).run();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["valid"], true, "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(v["recipe"]["operators"]["mutate"]["disk_mib"], 256);
@@ -124,7 +114,7 @@ fn bindings_carry_a_disk_quota() {
         "mutate: {operator: ./mutator.wasm, disk_mib: 0, disk_files: 0,",
     );
     std::fs::write(&path, text).unwrap();
-    let out = evolve(&["recipe", "check", path.to_str().unwrap()]);
+    let out = evolve(["recipe", "check", path.to_str().unwrap()]).run();
     let all = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -143,31 +133,15 @@ fn the_model_endpoint_from_the_environment_is_not_committed() {
     let recipe = Path::new(env!("CARGO_MANIFEST_DIR")).join("../recipes/gepa.yaml");
     let secret = "http://user:s3cret-token@model.example.invalid/v1";
     let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_evolve"))
-            .args(args)
-            .current_dir(dir.path())
+        evolve(args)
+            .cwd(dir.path())
             .env("EVOLVE_MODEL_ENDPOINT", secret)
             .env("EVOLVE_MODEL", "m")
-            .env("EVOLVE_KEY_DIR", dir.path().join("keys"))
-            .env(
-                "EVOLVE_CACHE_DIR",
-                Path::new(env!("CARGO_TARGET_TMPDIR")).join("evolve-cache"),
-            )
-            .output()
-            .unwrap()
+            .keys(dir.path().join("keys"))
+            .ok()
     };
-    let out = run(&["init", "ws", "--recipe", recipe.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = run(&["checkout", "0", "gen0", "-w", "ws"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run(&["init", "ws", "--recipe", recipe.to_str().unwrap()]);
+    run(&["checkout", "0", "gen0", "-w", "ws"]);
     let mut stack = vec![dir.path().join("gen0")];
     let mut files = 0;
     while let Some(d) = stack.pop() {
@@ -190,18 +164,12 @@ fn the_model_endpoint_from_the_environment_is_not_committed() {
 
 /// `evolve` run in `dir` with a scratch key directory and the given environment.
 fn evolve_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_evolve"));
-    cmd.args(args)
-        .current_dir(dir)
-        .env("EVOLVE_KEY_DIR", dir.join("keys"))
-        .env(
-            "EVOLVE_CACHE_DIR",
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join("evolve-cache"),
-        );
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().expect("the evolve binary runs")
+    env.iter()
+        .fold(evolve(args).cwd(dir).keys(dir.join("keys")), |c, (k, v)| {
+            c.env(k, v)
+        })
+        .run()
+        .output
 }
 
 /// The problems `recipe check --json` reports, as `path: message`; asserts exit 1.

@@ -775,15 +775,11 @@ fn a_select_that_keeps_failing_stops_the_run_after_three_generations() {
 #[test]
 fn the_default_demo_improves_reports_the_anchor_and_verifies() {
     let tmp = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_evolve"))
-        .args(["demo", "demo-ws", "--json"])
-        .env("EVOLVE_KEY_DIR", tmp.path().join("keys"))
-        .env("EVOLVE_CACHE_DIR", ws::cache_dir())
-        .current_dir(tmp.path())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
-    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let summary = crate::cmd::evolve(["demo", "demo-ws", "--json"])
+        .keys(tmp.path().join("keys"))
+        .cwd(tmp.path())
+        .ok()
+        .json();
     let (g0, best) = (
         summary["genesis_score"].as_f64().unwrap(),
         summary["champion_score"].as_f64().unwrap(),
@@ -793,12 +789,9 @@ fn the_default_demo_improves_reports_the_anchor_and_verifies() {
         summary["anchor_before"].is_number() && summary["anchor_after"].is_number(),
         "{summary}"
     );
-    let verify = std::process::Command::new(env!("CARGO_BIN_EXE_evolve"))
-        .args(["verify", "demo-ws"])
-        .current_dir(tmp.path())
-        .output()
-        .unwrap();
-    assert!(verify.status.success(), "{}", text(&verify));
+    crate::cmd::evolve(["verify", "demo-ws"])
+        .cwd(tmp.path())
+        .ok();
 }
 
 #[test]
@@ -898,13 +891,7 @@ fn every_shipped_recipe_checks() {
             continue;
         }
         n += 1;
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_evolve"))
-            .args(["recipe", "check"])
-            .arg(&path)
-            .env("EVOLVE_CACHE_DIR", ws::cache_dir())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}: {}", path.display(), text(&out));
+        crate::cmd::evolve(["recipe", "check"]).arg(&path).ok();
     }
     assert!(n >= 1);
     for r in evolve::recipe::BUILTIN {
@@ -922,15 +909,10 @@ fn the_offline_pipeline_with_every_stage_runs_and_verifies() {
     let recipe =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../recipes/train_demo.yaml");
     let run = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_evolve"))
-            .args(args)
-            .env("EVOLVE_KEY_DIR", tmp.path().join("keys"))
-            .env("EVOLVE_CACHE_DIR", ws::cache_dir())
-            .current_dir(tmp.path())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "evolve {args:?}: {}", text(&out));
-        out
+        crate::cmd::evolve(args)
+            .keys(tmp.path().join("keys"))
+            .cwd(tmp.path())
+            .ok()
     };
     run(&["init", "ws", "--recipe", recipe.to_str().unwrap()]);
     run(&["run", "ws", "--max-generations", "2", "--quiet"]);

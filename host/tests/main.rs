@@ -1,10 +1,14 @@
 //! The host's (the `evolve` binary's) integration tests.
 //!
 //! One binary, so wasmtime and the host are linked once: a module per topic, and the
-//! support modules shared by all of them, declared here once.
+//! support modules shared by all of them, declared here once. Every test runs the binary
+//! through `support/cmd.rs`, which reports a failed command with its command line,
+//! directory, status, stdout and stderr.
 
 #[path = "support/chat.rs"]
 mod chat;
+#[path = "support/cmd.rs"]
+mod cmd;
 mod common;
 #[path = "support/ws.rs"]
 mod ws;

@@ -334,16 +334,11 @@ fn spawn_tasks_run(
     tasks: &std::path::Path,
     engine: &str,
 ) -> std::process::Child {
-    std::process::Command::new(env!("CARGO_BIN_EXE_evolve"))
-        .args(["tasks", "run"])
+    crate::cmd::evolve(["tasks", "run"])
         .arg(tasks)
         .args(["--engine", engine, "--agent", "oracle", "--out"])
         .arg(root.join(format!("out-{engine}")))
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
         .spawn()
-        .unwrap()
 }
 
 #[test]
@@ -450,17 +445,14 @@ fn docker_trials_go_with_a_sigterm_and_after_a_sigkill() {
     let left = sleepy_containers(&sleep);
     assert!(!left.is_empty(), "nothing to reap: the test proves nothing");
     let quick = tempfile::tempdir().unwrap();
-    let done = std::process::Command::new(env!("CARGO_BIN_EXE_evolve"))
-        .args(["tasks", "run"])
+    crate::cmd::evolve(["tasks", "run"])
         .arg(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../evaluator-harbor/testdata/tasks"
         ))
         .args(["--engine", "docker", "--agent", "oracle", "--out"])
         .arg(quick.path().join("out"))
-        .output()
-        .unwrap();
-    assert!(done.status.success(), "{}", text(&done));
+        .ok();
     assert_eq!(
         sleepy_containers(&sleep),
         Vec::<String>::new(),
@@ -548,13 +540,11 @@ fn trials_on_a_full_disk_say_so_in_the_evaluation() {
     let tmp = tempfile::tempdir().unwrap();
     let tasks = sleeping_task_set(tmp.path(), "0");
     disk.fill();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_evolve"))
-        .args(["tasks", "run"])
+    let out = crate::cmd::evolve(["tasks", "run"])
         .arg(&tasks)
         .args(["--engine", "local", "--agent", "oracle", "--json", "--out"])
         .arg(disk.path().join("out"))
-        .output()
-        .unwrap();
+        .run();
     let all = text(&out);
     assert_ne!(out.status.code(), Some(0), "{all}");
     assert!(all.contains("No space left on device"), "{all}");

@@ -3,12 +3,10 @@
 //! best), validate/rrsi_screen, gate/rrsi against the parent, record/rrsi_component.
 //! Every gate decision is checked against the floor recomputed from the archive.
 
+use super::cmd::evolve;
 use crate::chat;
-use crate::ws;
 use serde_json::Value;
 use std::path::Path;
-use std::process::Command;
-use ws::text;
 
 const RECIPE: &str = "\
 experiment: {name: rrsi-test, max_generations: 10, children_per_gen: 1, seed: 11}
@@ -30,18 +28,6 @@ evaluator:
   anchor: {final: false}
 ";
 
-fn evolve(dir: &Path, args: &[&str]) -> std::process::Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_evolve"))
-        .args(args)
-        .env("EVOLVE_KEY_DIR", dir.join("keys"))
-        .env("EVOLVE_CACHE_DIR", ws::cache_dir())
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "evolve {args:?}: {}", text(&out));
-    out
-}
-
 /// The archive's events, in order.
 fn events(dir: &Path) -> Vec<Value> {
     std::fs::read_to_string(dir.join("ws/.evolve/archive.jsonl"))
@@ -56,9 +42,18 @@ fn the_rrsi_gate_keeps_and_discards_by_the_historical_best_floor() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     std::fs::write(dir.join("recipe.yaml"), RECIPE).unwrap();
-    evolve(dir, &["init", "ws", "--recipe", "recipe.yaml"]);
-    evolve(dir, &["run", "ws", "--quiet"]);
-    evolve(dir, &["verify", "ws"]);
+    evolve(["init", "ws", "--recipe", "recipe.yaml"])
+        .keys(dir.join("keys"))
+        .cwd(dir)
+        .ok();
+    evolve(["run", "ws", "--quiet"])
+        .keys(dir.join("keys"))
+        .cwd(dir)
+        .ok();
+    evolve(["verify", "ws"])
+        .keys(dir.join("keys"))
+        .cwd(dir)
+        .ok();
 
     // Replay the archive: S* is the best score of a kept evaluation so far.
     let mut s_star = f64::NEG_INFINITY;

@@ -654,14 +654,10 @@ fn the_hyperagents_recipe_installs_its_operator_scripts() {
     let tmp = tempfile::tempdir().unwrap();
     let recipe =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../recipes/hyperagents.yaml");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_evolve"))
-        .args(["init", "ws", "--recipe", recipe.to_str().unwrap()])
-        .env("EVOLVE_KEY_DIR", tmp.path().join("keys"))
-        .env("EVOLVE_CACHE_DIR", ws::cache_dir())
-        .current_dir(tmp.path())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", ws::text(&out));
+    crate::cmd::evolve(["init", "ws", "--recipe", recipe.to_str().unwrap()])
+        .keys(tmp.path().join("keys"))
+        .cwd(tmp.path())
+        .ok();
     // The scripts are part of gen/0's commit, so mutate can evolve them like any file.
     let store = evolve_snapshot::Store::open(&tmp.path().join("ws")).unwrap();
     let gen0 = store.tag_target("gen/0").unwrap().unwrap();

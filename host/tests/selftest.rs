@@ -1,27 +1,12 @@
 //! `evolve selftest --trials 3 --json`, the real binary: every scenario of the
 //! integrity campaign is present and every trial holds.
 
+use super::cmd::evolve;
 use serde_json::Value;
-use std::path::Path;
-use std::process::Command;
-
-fn cache_dir() -> std::path::PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("evolve-test-cache");
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn evolve(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_evolve"))
-        .args(args)
-        .env("EVOLVE_CACHE_DIR", cache_dir())
-        .output()
-        .unwrap()
-}
 
 #[test]
 fn the_campaign_holds_for_three_trials_of_every_scenario() {
-    let out = evolve(&["selftest", "--trials", "3", "--json"]);
+    let out = evolve(["selftest", "--trials", "3", "--json"]).run();
     let stderr = String::from_utf8_lossy(&out.stderr);
     let report: Value =
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{stderr}"));
@@ -74,7 +59,7 @@ fn the_campaign_holds_for_three_trials_of_every_scenario() {
 
 #[test]
 fn bad_arguments_are_usage_errors() {
-    let out = evolve(&["selftest", "--scenario", "no_such_thing"]);
+    let out = evolve(["selftest", "--scenario", "no_such_thing"]).run();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -85,13 +70,13 @@ fn bad_arguments_are_usage_errors() {
         err.contains("kill_during_mutation"),
         "the hint lists them: {err}"
     );
-    let out = evolve(&["selftest", "--trials", "0"]);
+    let out = evolve(["selftest", "--trials", "0"]).run();
     assert_eq!(out.status.code(), Some(2));
 }
 
 #[test]
 fn the_hostile_components_are_not_library_operators() {
-    let out = evolve(&["operator", "list"]);
+    let out = evolve(["operator", "list"]).run();
     assert!(out.status.success());
     let list = String::from_utf8_lossy(&out.stdout);
     assert!(

@@ -9,7 +9,7 @@
 //! `EVOLVE_VIEWER_SCREENSHOT=<path>` it saves a screenshot of the page there
 //! (`docs/viewer.png` is made that way).
 
-use crate::ws;
+use crate::{cmd, ws};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -42,7 +42,7 @@ fn fixture() -> &'static Fixture {
             keys: dir.join("keys"),
             dir,
         };
-        let out = evolve(&f, &["demo", "demo-ws", "--json"]).output().unwrap();
+        let out = evolve(&f, &["demo", "demo-ws", "--json"]).run();
         assert!(out.status.success(), "evolve demo failed:\n{}", text(&out));
         f
     })
@@ -60,20 +60,12 @@ fn remove_stale_fixtures(base: &Path) {
     }
 }
 
-fn evolve(f: &Fixture, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_evolve"));
-    c.args(args)
-        .env("EVOLVE_KEY_DIR", &f.keys)
-        .env("EVOLVE_CACHE_DIR", ws::cache_dir())
-        .current_dir(&f.dir)
-        .stdin(Stdio::null());
-    c
+fn evolve(f: &Fixture, args: &[&str]) -> cmd::Evolve {
+    cmd::evolve(args).keys(&f.keys).cwd(&f.dir)
 }
 
 fn cli_json(f: &Fixture, args: &[&str]) -> Value {
-    let out = evolve(f, args).output().unwrap();
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("evolve {args:?}: not JSON ({e}):\n{}", text(&out)))
+    evolve(f, args).run().json()
 }
 
 // ------------------------------------------------------------------ the server
@@ -93,7 +85,7 @@ impl Drop for Served {
 }
 
 fn serve(f: &Fixture, ws: &Path) -> Served {
-    serve_with(evolve(f, &["view", ws.to_str().unwrap(), "--json"]))
+    serve_with(evolve(f, &["view", ws.to_str().unwrap(), "--json"]).command())
 }
 
 /// Start `evolve view … --json` as `cmd` says and read its address.
@@ -967,7 +959,7 @@ fn in_chromium_bidi_controls_in_workspace_text_are_shown_not_obeyed() {
     let e = hostile_run();
     let row = e.log().into_iter().find(|r| r["genid"] == "1").unwrap();
     assert_eq!(row["verdict"], "keep", "{row}");
-    let served = serve_with(e.evolve(&["view", "ws", "--json"]));
+    let served = serve_with(e.evolve(&["view", "ws", "--json"]).command());
     let browser = launch(&binary);
     let mut cdp = open_page(&browser, &format!("{}#gen-1", served.url));
     cdp.wait_until(
@@ -1063,7 +1055,7 @@ fn a_rejected_candidate_shows_its_reason_and_the_tree_it_proposed() {
     });
     e.init();
     e.run_ok(&["run", "ws", "--quiet"]);
-    let served = serve_with(e.evolve(&["view", "ws", "--json"]));
+    let served = serve_with(e.evolve(&["view", "ws", "--json"]).command());
     let g = get_ok(&served, "/api/generations/1");
     assert_eq!(g["status"], "invalid_proposal");
     assert_eq!(g["proposal"]["ref"], "refs/evolve/proposed/1", "{g:#}");

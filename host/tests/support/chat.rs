@@ -5,7 +5,7 @@
 
 use serde_json::json;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -109,22 +109,14 @@ pub fn model_block(url: &str) -> String {
 
 /// Run `evolve args` in `dir` (keys under `dir/keys`, the shared component cache) with
 /// the model taken from the environment: the server at `url`, no API key. Panics
-/// unless it succeeds. (Include `support/ws.rs` as `mod ws` next to this file.)
+/// unless it succeeds.
 pub fn evolve_with_model(dir: &Path, url: &str, args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_evolve"))
-        .args(args)
-        .env("EVOLVE_KEY_DIR", dir.join("keys"))
-        .env("EVOLVE_CACHE_DIR", super::ws::cache_dir())
+    super::cmd::evolve(args)
+        .keys(dir.join("keys"))
         .env("EVOLVE_MODEL_ENDPOINT", url)
         .env("EVOLVE_MODEL", "stand-in")
         .env_remove("OPENAI_API_KEY")
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "evolve {args:?}: {}",
-        super::ws::text(&out)
-    );
-    out
+        .cwd(dir)
+        .ok()
+        .output
 }

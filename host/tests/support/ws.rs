@@ -7,15 +7,13 @@
 use serde_json::{Value, json};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub const CANARY: &str = "zq-canary";
 
 /// Path of a test component built by `host/build.rs`.
-pub fn component(name: &str) -> PathBuf {
-    Path::new(evolve::builtin::TEST_COMPONENTS_DIR).join(format!("tc_{name}.wasm"))
-}
+pub use super::common::component_path as component;
 
 fn write_exec(p: &Path, body: &str) {
     std::fs::create_dir_all(p.parent().unwrap()).unwrap();
@@ -148,46 +146,25 @@ impl Exp {
         self.tmp.path()
     }
 
-    /// A `Command` for the real binary with this experiment's key directory and a shared
-    /// compile cache.
-    pub fn evolve(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_evolve"));
-        c.args(args)
-            .env("EVOLVE_KEY_DIR", &self.keys)
-            .env("EVOLVE_CACHE_DIR", cache_dir())
-            .current_dir(self.root())
-            .stdin(Stdio::null());
-        c
+    /// `evolve args` in the environment's directory, with its own key store.
+    pub fn evolve(&self, args: &[&str]) -> super::cmd::Evolve {
+        super::cmd::evolve(args).keys(&self.keys).cwd(self.root())
     }
 
     pub fn run_ok(&self, args: &[&str]) -> Output {
-        let out = self.evolve(args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "evolve {args:?} failed ({:?}):\nstdout:\n{}\nstderr:\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
+        self.evolve(args).ok().output
     }
 
     /// Run `evolve args`, which must fail as a usage error (exit 2) whose message on
     /// stderr says `says`.
     pub fn usage_error(&self, args: &[&str], says: &str) -> Output {
-        let out = self.evolve(args).output().unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(2),
-            "evolve {args:?}: {}",
-            text(&out)
-        );
+        let ran = self.evolve(args).code(2);
         assert!(
-            String::from_utf8_lossy(&out.stderr).contains(says),
-            "evolve {args:?} should say {says:?}: {}",
-            text(&out)
+            ran.stderr().contains(says),
+            "{}",
+            ran.report(&format!("to say {says:?}"))
         );
-        out
+        ran.output
     }
 
     pub fn init(&self) {
@@ -203,14 +180,7 @@ impl Exp {
     }
 
     pub fn json(&self, args: &[&str]) -> Value {
-        let out = self.evolve(args).output().unwrap();
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!(
-                "evolve {args:?}: not JSON ({e}):\n{}\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            )
-        })
+        self.evolve(args).run().json()
     }
 
     /// A file of generation 0 as committed (the workspace holds no working copy).
