@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use crate::event::{
-    Envelope, Head, List, OUTCOMES, Obj, PURPOSES, STAMPED_FIELDS, Scalar, VectorSummary,
+    Envelope, Head, List, OUTCOMES, Obj, PURPOSES, STAMPED_FIELDS, Scalar, Status, VectorSummary,
     check_genid, genid_generation, json_error, present, scalars_are, scores_agree, types,
 };
 
@@ -166,6 +166,7 @@ impl GateBody {
 /// A terminal status: `{"status", "failure_stage"?, "reason"?, "parent"?}`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StatusBody {
+    /// As written: the audit names a status that is not terminal.
     #[serde(default, deserialize_with = "opt_str")]
     pub status: Option<String>,
     #[serde(
@@ -197,10 +198,8 @@ pub struct StatusBody {
 
 impl StatusBody {
     /// The status if it is one of [`TERMINAL_STATUSES`](crate::TERMINAL_STATUSES).
-    pub fn terminal_status(&self) -> Option<&str> {
-        self.status
-            .as_deref()
-            .filter(|s| crate::event::TERMINAL_STATUSES.contains(s))
+    pub fn terminal_status(&self) -> Option<Status> {
+        self.status.as_deref().and_then(Status::parse)
     }
 }
 
@@ -865,5 +864,26 @@ mod tests {
         assert_eq!(v, json!({"verdict": "keep", "reason": "better"}));
         let back = Body::of_map(types::GATE, Some("1"), v.as_object().unwrap());
         assert_eq!(back, Body::Gate(gate));
+    }
+
+    #[test]
+    fn a_status_reads_as_its_enum_and_another_name_as_none() {
+        let bytes = line(json!({"status": "rejected_validation"}), "status");
+        let Body::Status(s) = read_line(&bytes).unwrap().body else {
+            panic!("a status body reads as one");
+        };
+        assert_eq!(s.terminal_status(), Some(Status::RejectedValidation));
+        assert_eq!(
+            serde_json::to_value(&s).unwrap()["status"],
+            json!("rejected_validation")
+        );
+        // Not a terminal status: none, as when statuses were strings filtered by the list,
+        // and kept as written for the audit to name.
+        let bytes = line(json!({"status": "rejected"}), "status");
+        let Body::Status(s) = read_line(&bytes).unwrap().body else {
+            panic!("a status body reads as one");
+        };
+        assert_eq!(s.terminal_status(), None);
+        assert_eq!(s.status.as_deref(), Some("rejected"));
     }
 }

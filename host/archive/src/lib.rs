@@ -46,7 +46,7 @@ pub use eligibility::{
 };
 pub use event::{
     Event, FRAMEWORK_FIELDS, GENESIS_GENID, LoggedEvent, OUTCOMES, PURPOSES, STAMPED_FIELDS,
-    TERMINAL_STATUSES, genesis_anchor, types,
+    Status, TERMINAL_STATUSES, genesis_anchor, types,
 };
 pub use fold::{
     ANNOTATION_ALLOWLIST, Evaluation, Pending, Row, Stamp, annotation_allowed, fold, pending,

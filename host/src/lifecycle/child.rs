@@ -12,7 +12,7 @@ use crate::safe_tree::{self, TreeLimits};
 use crate::sandbox::types::{self as wit, Stage};
 use crate::sandbox::{Capabilities, NoModel, StageInput, StageOutput};
 use crate::workspace::layout;
-use evolve_archive::types;
+use evolve_archive::{Status, types};
 use evolve_snapshot::{Change, ChangeKind, Limits as SnapshotLimits, Oid};
 use serde_json::{Map, Value, json};
 use std::path::{Path, PathBuf};
@@ -57,13 +57,13 @@ impl std::fmt::Display for Step {
 }
 
 /// Statuses that end an attempt before or without an evaluation.
-const EARLY_STOPS: [&str; 6] = [
-    "no_proposal",
-    "invalid_proposal",
-    "rejected_validation",
-    "rejected_duplicate",
-    "operator_failed",
-    "budget_exhausted",
+const EARLY_STOPS: [Status; 6] = [
+    Status::NoProposal,
+    Status::InvalidProposal,
+    Status::RejectedValidation,
+    Status::RejectedDuplicate,
+    Status::OperatorFailed,
+    Status::BudgetExhausted,
 ];
 
 /// Decide from the archive what `genid` still needs.
@@ -74,6 +74,7 @@ pub fn next_step(state: &State, genid: &str) -> Next {
     if row
         .status
         .as_deref()
+        .and_then(Status::parse)
         .is_some_and(|s| EARLY_STOPS.contains(&s))
     {
         return Next::Done;
@@ -227,7 +228,7 @@ impl Meter {
 impl Driver {
     /// Archive an early stop and discard the child's worktree.
     /// Archive an early stop (with what the attempt spent) and discard its worktree.
-    fn stop(&self, a: &Attempt, status: &str, stage: &str, reason: &str) -> Result<()> {
+    fn stop(&self, a: &Attempt, status: Status, stage: &str, reason: &str) -> Result<()> {
         self.stop_with(a, status, stage, reason, Map::new())
     }
 
@@ -239,7 +240,7 @@ impl Driver {
     fn stop_proposed(
         &self,
         a: &Attempt,
-        (status, stage, reason): (&str, &str, &str),
+        (status, stage, reason): (Status, &str, &str),
         parent_commit: Oid,
         tree: Oid,
     ) -> Result<()> {
@@ -262,7 +263,7 @@ impl Driver {
     fn stop_with(
         &self,
         a: &Attempt,
-        status: &str,
+        status: Status,
         stage: &str,
         reason: &str,
         extra: Map<String, Value>,
@@ -309,14 +310,14 @@ impl Driver {
         {
             Ok(out) => Ok(Some(out)),
             Err(_) if self.cancel().is_cancelled() => {
-                self.stop(a, "cancelled", name, "interrupted by the user")?;
+                self.stop(a, Status::Cancelled, name, "interrupted by the user")?;
                 Err(super::progress::interrupted(&format!(
                     "{name} of gen {} ended `cancelled`",
                     a.genid
                 )))
             }
             Err(f) => self
-                .stop(a, "operator_failed", name, &f.message)
+                .stop(a, Status::OperatorFailed, name, &f.message)
                 .map(|_| None),
         }
     }
@@ -385,7 +386,7 @@ impl Driver {
         {
             None => return Ok(()),
             Some(StageOutput::Evidence(e)) => e,
-            Some(_) => return self.stop(&a, "operator_failed", "rollout", &wrong("rollout")),
+            Some(_) => return self.stop(&a, Status::OperatorFailed, "rollout", &wrong("rollout")),
         };
         let analysis = if self.stages.enabled(Stage::Analyze) {
             let input = StageInput::Analyze {
@@ -400,7 +401,9 @@ impl Driver {
             {
                 None => return Ok(()),
                 Some(StageOutput::Evidence(e)) => Some(e),
-                Some(_) => return self.stop(&a, "operator_failed", "analyze", &wrong("analyze")),
+                Some(_) => {
+                    return self.stop(&a, Status::OperatorFailed, "analyze", &wrong("analyze"));
+                }
             }
         } else {
             None
@@ -431,7 +434,7 @@ impl Driver {
         {
             None => return Ok(()),
             Some(StageOutput::Proposal(p)) => p,
-            Some(_) => return self.stop(&a, "operator_failed", "mutate", &wrong("mutate")),
+            Some(_) => return self.stop(&a, Status::OperatorFailed, "mutate", &wrong("mutate")),
         };
 
         // The surface check uses the actual tree, never the operator's claim.
@@ -444,11 +447,11 @@ impl Driver {
             Ok(s) => s,
             Err(e) => {
                 let why = format!("the mutated tree cannot be snapshotted: {e}");
-                return self.stop(&a, "invalid_proposal", "mutate", &why);
+                return self.stop(&a, Status::InvalidProposal, "mutate", &why);
             }
         };
         if snap.changes.is_empty() {
-            return self.stop(&a, "no_proposal", "mutate", "no changes to commit");
+            return self.stop(&a, Status::NoProposal, "mutate", "no changes to commit");
         }
         let violations = self.surface.check(&snap.changes);
         if !violations.is_empty() {
@@ -464,7 +467,7 @@ impl Driver {
             );
             return self.stop_proposed(
                 &a,
-                ("invalid_proposal", "surface", why.as_str()),
+                (Status::InvalidProposal, "surface", why.as_str()),
                 parent_commit,
                 snap.tree,
             );
@@ -474,7 +477,7 @@ impl Driver {
         // (`stages/edits.rs`).
         let defects = self.stages.check_operator_edits(&a.wt, &snap.changes).await;
         if self.cancel().is_cancelled() {
-            self.stop(&a, "cancelled", "surface", "interrupted by the user")?;
+            self.stop(&a, Status::Cancelled, "surface", "interrupted by the user")?;
             return Err(super::progress::interrupted(&format!(
                 "the operator check of gen {genid} ended `cancelled`"
             )));
@@ -488,7 +491,7 @@ impl Driver {
             );
             return self.stop_proposed(
                 &a,
-                ("invalid_proposal", "surface", why.as_str()),
+                (Status::InvalidProposal, "surface", why.as_str()),
                 parent_commit,
                 snap.tree,
             );
@@ -518,12 +521,14 @@ impl Driver {
                     let why = format!("candidate validation rejected: {}", v.reason);
                     return self.stop_proposed(
                         &a,
-                        ("rejected_validation", "validate", why.as_str()),
+                        (Status::RejectedValidation, "validate", why.as_str()),
                         parent_commit,
                         snap.tree,
                     );
                 }
-                Some(_) => return self.stop(&a, "operator_failed", "validate", &wrong("validate")),
+                Some(_) => {
+                    return self.stop(&a, Status::OperatorFailed, "validate", &wrong("validate"));
+                }
             }
         }
         if self.stages.enabled(Stage::Novelty) {
@@ -545,12 +550,14 @@ impl Driver {
                     );
                     return self.stop_proposed(
                         &a,
-                        ("rejected_duplicate", "novelty", why.as_str()),
+                        (Status::RejectedDuplicate, "novelty", why.as_str()),
                         parent_commit,
                         snap.tree,
                     );
                 }
-                Some(_) => return self.stop(&a, "operator_failed", "novelty", &wrong("novelty")),
+                Some(_) => {
+                    return self.stop(&a, Status::OperatorFailed, "novelty", &wrong("novelty"));
+                }
             }
         }
 
@@ -750,7 +757,7 @@ impl Driver {
                     types::STATUS,
                     Some(genid),
                     status_body(
-                        "invalid_proposal",
+                        Status::InvalidProposal,
                         Some("evaluate"),
                         &reason,
                         parent.as_deref(),
@@ -852,7 +859,7 @@ impl Driver {
                     types::STATUS,
                     Some(genid),
                     status_body(
-                        "operator_failed",
+                        Status::OperatorFailed,
                         Some("gate"),
                         "gate returned something other than a decision",
                         parent,
@@ -868,7 +875,7 @@ impl Driver {
                 self.append(
                     types::STATUS,
                     Some(genid),
-                    status_body("operator_failed", Some("gate"), &reason, parent),
+                    status_body(Status::OperatorFailed, Some("gate"), &reason, parent),
                 )?;
                 self.say(format!("gen {genid}: gate failed: {reason}"));
                 Ok(false)

@@ -30,7 +30,7 @@ use evaluate::{EvalError, EvalRequest, Evaluated};
 use evaluator_harbor::engine::Engine;
 use evaluator_harbor::split::SplitName;
 use evolve_archive::{
-    Archive, Champion, Eligibility, LockError, Row, RunLock, champion, eligibility, types,
+    Archive, Champion, Eligibility, LockError, Row, RunLock, Status, champion, eligibility, types,
 };
 use evolve_snapshot::{Oid, Surface};
 use serde_json::{Map, Value, json};
@@ -52,8 +52,7 @@ pub struct RunOptions {
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct RunSummary {
-    /// `complete` or `budget_exhausted`.
-    pub status: String,
+    pub status: RunStatus,
     pub generations: u32,
     pub champion: Option<String>,
     pub champion_score: Option<f64>,
@@ -65,6 +64,40 @@ pub struct RunSummary {
     /// The sealed acceptance of a `--driver` session (docs/driver.md).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub acceptance: Option<Value>,
+}
+
+/// How a run that did not stop with an error ended: serialized as `complete` or
+/// `budget_exhausted`, the words `evolve run --json` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Every generation up to the limit ran (and the final anchor, if asked for).
+    Complete,
+    /// The budget could not pay for the next generation (archived as its children's
+    /// `budget_exhausted` status).
+    BudgetExhausted,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Complete => "complete",
+            RunStatus::BudgetExhausted => "budget_exhausted",
+        }
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Compares with the word it prints as (callers written when the status was a string).
+impl PartialEq<&str> for RunStatus {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
 }
 
 /// A problem that stops the run (the archive stays consistent: nothing half-written).
@@ -446,7 +479,7 @@ impl Driver {
         self.note_framework_only_trials();
         self.probe_model().await?;
         self.ensure_genesis().await?;
-        let mut status = "complete".to_string();
+        let mut status = RunStatus::Complete;
         let mut failing = FailureStreak::default();
         // The state while nothing changes it: a resumed run passes its finished
         // generations without recomputing it for each.
@@ -486,11 +519,11 @@ impl Driver {
                     self.append(
                         types::STATUS,
                         Some(g),
-                        status_body("budget_exhausted", None, &why, None),
+                        status_body(Status::BudgetExhausted, None, &why, None),
                     )?;
                 }
                 self.say(format!("gen {generation}: budget exhausted: {why}"));
-                status = "budget_exhausted".into();
+                status = RunStatus::BudgetExhausted;
                 break 'generations;
             }
             let parents = match self.select(generation, &fresh).await? {
@@ -510,7 +543,7 @@ impl Driver {
                 return Err(err);
             }
         }
-        if status == "complete" {
+        if status == RunStatus::Complete {
             self.check_cancelled("the final anchor")?;
             self.final_anchor().await?;
             self.sealed_acceptance().await?;
@@ -609,7 +642,7 @@ impl Driver {
         None
     }
 
-    fn summary(&self, state: &State, status: String, generations: u32) -> RunSummary {
+    fn summary(&self, state: &State, status: RunStatus, generations: u32) -> RunSummary {
         let anchor = |genid: &str| {
             state.row(genid).and_then(|r| {
                 r.anchors
@@ -1041,7 +1074,7 @@ impl Driver {
             self.append(
                 types::STATUS,
                 Some(g),
-                status_body("operator_failed", Some(stage), &reason, None),
+                status_body(Status::OperatorFailed, Some(stage), &reason, None),
             )?;
         }
         Ok(())
@@ -1130,7 +1163,7 @@ fn archived_selection(state: &State, generation: u32) -> Option<Vec<String>> {
 }
 
 pub(crate) fn status_body(
-    status: &str,
+    status: Status,
     stage: Option<&str>,
     reason: &str,
     parent: Option<&str>,

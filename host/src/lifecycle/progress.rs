@@ -16,7 +16,7 @@
 
 use super::{Driver, Result, RunError, status_body};
 use crate::sandbox::Cancel;
-use evolve_archive::types;
+use evolve_archive::{Status, types};
 use std::sync::{Arc, RwLock};
 
 /// One thing that happened during a run.
@@ -150,7 +150,12 @@ impl Driver {
         parent: Option<&str>,
     ) -> RunError {
         for g in genids {
-            let body = status_body("cancelled", Some(stage), "interrupted by the user", parent);
+            let body = status_body(
+                Status::Cancelled,
+                Some(stage),
+                "interrupted by the user",
+                parent,
+            );
             if let Err(e) = self.append(types::STATUS, Some(g), body) {
                 return e;
             }
