@@ -185,6 +185,14 @@ pub mod types {
     pub const STATUS: &str = "status";
     /// A recorded repair (e.g. trials reused from an interrupted attempt).
     pub const REPAIR: &str = "repair";
+    /// A generation's select decision: `{"generation", "parents", ...}`.
+    pub const SELECT: &str = "select";
+    /// Reflect's playbook operations: `{"ops": [...]}`.
+    pub const PLAYBOOK: &str = "playbook";
+    /// An agent driver's call between generations (docs/driver.md).
+    pub const DRIVER_REVISION: &str = "driver_revision";
+    /// A driver session's sealed acceptance.
+    pub const ACCEPTANCE: &str = "acceptance";
 }
 
 /// The genid of generation zero.

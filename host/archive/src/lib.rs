@@ -37,7 +37,9 @@ mod readers_tests;
 pub mod verify;
 
 pub use body::{
-    GateBody, GenerationBody, GenesisBody, OtherBody, RecordBody, StatusBody, check_stamp,
+    AcceptanceBody, ChangeKind, DriverRevisionBody, EventBody, GateBody, GenerationBody,
+    GenesisBody, OtherBody, PathChange, PlaybookBody, RecordBody, RepairBody, ReusedTrial,
+    SelectBody, SelectFallback, StatusBody, UsageClaim, check_stamp,
 };
 pub use canonical::{canonical_bytes, canonical_sha256, sha256_hex};
 pub use eligibility::{

@@ -6,13 +6,14 @@
 use super::evaluate::{EvalError, EvalRequest};
 use super::train::TrainTasks;
 use super::view::{self, row_json, row_view};
-use super::{Driver, Result, RunError, State, certified_attempts, fmt_score, status_body};
+use super::{Driver, Result, RunError, State, certified_attempts, fmt_score};
 use crate::model::MeteredModel;
 use crate::safe_tree::{self, TreeLimits};
 use crate::sandbox::types::{self as wit, Stage};
 use crate::sandbox::{Capabilities, NoModel, StageInput, StageOutput};
 use crate::workspace::layout;
-use evolve_archive::{Status, types};
+use evolve_archive::body::{self, GateBody, GenerationBody, PlaybookBody, RecordBody, RepairBody};
+use evolve_archive::{Status, StatusBody};
 use evolve_snapshot::{Change, ChangeKind, Limits as SnapshotLimits, Oid};
 use serde_json::{Map, Value, json};
 use std::path::{Path, PathBuf};
@@ -103,13 +104,16 @@ fn changed_paths(changes: &[Change]) -> Vec<String> {
     changes.iter().map(|c| c.path.clone()).collect()
 }
 
-fn change_json(c: &Change) -> Value {
-    let kind = match c.kind {
-        ChangeKind::Added => "added",
-        ChangeKind::Modified => "modified",
-        ChangeKind::Deleted => "deleted",
+fn path_change(c: &Change) -> body::PathChange {
+    let change = match c.kind {
+        ChangeKind::Added => body::ChangeKind::Added,
+        ChangeKind::Modified => body::ChangeKind::Modified,
+        ChangeKind::Deleted => body::ChangeKind::Deleted,
     };
-    json!({"path": c.path, "change": kind})
+    body::PathChange {
+        path: c.path.clone(),
+        change,
+    }
 }
 
 /// Keep a text short enough for an archive line.
@@ -204,32 +208,38 @@ impl Meter {
         tasks + models
     }
 
-    /// Charge what the stages spent to an archive event: `cost_usd`, and the ledger
-    /// ids of the model calls it includes (`model::ledger`: a call the archive lists is
-    /// never charged again; one it does not list is charged when the next run opens).
-    pub(crate) fn charge(&self, body: &mut Map<String, Value>) {
+    /// What the stages spent, for the archive event that charges it.
+    pub(crate) fn charge(&self) -> Charge {
         let mut bill = crate::model::Bill::default();
         for m in self.models.lock().unwrap_or_else(|p| p.into_inner()).iter() {
             bill.add(m.bill());
         }
-        body.insert("cost_usd".into(), json!(self.tasks_spent() + bill.usd));
-        bill.list_calls(body);
+        Charge {
+            cost_usd: self.tasks_spent() + bill.usd,
+            model_calls: bill.listed_calls(),
+        }
     }
 
-    /// [`Meter::charge`]'s keys, unless the stages spent nothing and made no priced call.
-    fn charged(&self) -> Option<Map<String, Value>> {
-        let mut body = Map::new();
-        self.charge(&mut body);
-        let spent = body.get("cost_usd").and_then(Value::as_f64).unwrap_or(0.0);
-        (spent > 0.0 || body.contains_key(crate::model::ledger::MODEL_CALLS_KEY)).then_some(body)
+    /// [`Meter::charge`], unless the stages spent nothing and made no priced call.
+    fn charged(&self) -> Option<Charge> {
+        let charge = self.charge();
+        (charge.cost_usd > 0.0 || charge.model_calls.is_some()).then_some(charge)
     }
+}
+
+/// What an archive event charges for a child's stage calls: its `cost_usd`, and the
+/// ledger ids of the model calls that includes (`model::ledger`: a call the archive lists
+/// is never charged again; one it does not list is charged when the next run opens).
+pub(crate) struct Charge {
+    pub(crate) cost_usd: f64,
+    pub(crate) model_calls: Option<Vec<String>>,
 }
 
 impl Driver {
     /// Archive an early stop and discard the child's worktree.
     /// Archive an early stop (with what the attempt spent) and discard its worktree.
     fn stop(&self, a: &Attempt, status: Status, stage: &str, reason: &str) -> Result<()> {
-        self.stop_with(a, status, stage, reason, Map::new())
+        self.stop_with(a, status, stage, reason, None)
     }
 
     /// Archive the early stop of a candidate whose tree was snapshotted and then rejected
@@ -244,7 +254,6 @@ impl Driver {
         parent_commit: Oid,
         tree: Oid,
     ) -> Result<()> {
-        let mut extra = Map::new();
         let message = format!(
             "evolve: proposed gen {} (parent {}), {status} at {stage}",
             a.genid, a.parent
@@ -254,10 +263,8 @@ impl Driver {
         let kept = store
             .commit(tree, Some(parent_commit), &message, false)
             .and_then(|c| store.set_evolve_ref(&layout::proposed_ref(&a.genid), c));
-        if kept.is_ok() {
-            extra.insert("proposed_tree".into(), json!(tree.to_string()));
-        }
-        self.stop_with(a, status, stage, reason, extra)
+        let proposed = kept.is_ok().then(|| tree.to_string());
+        self.stop_with(a, status, stage, reason, proposed)
     }
 
     fn stop_with(
@@ -266,20 +273,21 @@ impl Driver {
         status: Status,
         stage: &str,
         reason: &str,
-        extra: Map<String, Value>,
+        proposed_tree: Option<String>,
     ) -> Result<()> {
         let reason = clip(&self.redactor.redact(reason), 4000);
-        let mut body = status_body(status, Some(stage), &reason, Some(&a.parent));
-        body.extend(extra);
         // What the attempt's stages spent is charged even though it stopped early.
-        a.meter.charge(&mut body);
+        let charge = a.meter.charge();
         // The operators (and scripts) that ran, up to the stage that stopped the child.
         let upto = crate::sandbox::parse_stage(stage).unwrap_or(Stage::Mutate);
-        body.insert(
-            "operators".into(),
-            super::stages::recorded_identities(&a.run_dir, upto),
-        );
-        self.append(types::STATUS, Some(&a.genid), body)?;
+        let body = StatusBody {
+            proposed_tree,
+            cost_usd: Some(charge.cost_usd),
+            model_calls: charge.model_calls,
+            operators: Some(super::stages::recorded_identities(&a.run_dir, upto)),
+            ..StatusBody::new(status, Some(stage), &reason, Some(&a.parent))
+        };
+        self.append(Some(&a.genid), &body)?;
         self.retire(&a.wt);
         let _ = std::fs::remove_file(a.run_dir.join(super::repair::FORK_MARKER));
         self.say(format!("gen {}: {status} ({stage}): {reason}", a.genid));
@@ -572,47 +580,42 @@ impl Driver {
                 false,
             )
             .map_err(|e| RunError::new(format!("cannot commit gen {genid}: {e}")))?;
-        let mut body = Map::new();
-        body.insert("parent".into(), json!(parent));
-        body.insert("commit".into(), json!(commit.to_string()));
-        body.insert("tree".into(), json!(snap.tree.to_string()));
-        body.insert(
-            "changes".into(),
-            Value::Array(snap.changes.iter().map(change_json).collect()),
-        );
-        body.insert(
-            "claimed".into(),
-            json!(proposal.changed.iter().take(200).collect::<Vec<_>>()),
-        );
-        body.insert(
-            "notes".into(),
-            json!(
-                proposal
-                    .notes
-                    .iter()
-                    .take(20)
-                    .map(|n| clip(&self.redactor.redact(n), 500))
-                    .collect::<Vec<_>>()
-            ),
-        );
         let usd = if proposal.usage.usd.is_finite() {
             proposal.usage.usd
         } else {
             0.0
         };
-        body.insert(
-            "usage_claimed".into(),
-            json!({"input_tokens": proposal.usage.input_tokens, "output_tokens": proposal.usage.output_tokens, "usd": usd}),
-        );
         // Metered spend of this generation's stage calls (the host meters model calls and
         // train trials; an operator's own usage figure is kept only as a claim).
-        a.meter.charge(&mut body);
-        // The operator identity (component and script digests) of every call it made.
-        body.insert(
-            "operators".into(),
-            super::stages::recorded_identities(&a.run_dir, Stage::Novelty),
-        );
-        self.append(types::GENERATION, Some(genid), body)?;
+        let charge = a.meter.charge();
+        let body = GenerationBody {
+            parent: Some(parent.clone()),
+            commit: Some(commit.to_string()),
+            tree: Some(snap.tree.to_string()),
+            changes: Some(snap.changes.iter().map(path_change).collect()),
+            claimed: Some(proposal.changed.iter().take(200).cloned().collect()),
+            notes: Some(
+                proposal
+                    .notes
+                    .iter()
+                    .take(20)
+                    .map(|n| clip(&self.redactor.redact(n), 500))
+                    .collect(),
+            ),
+            usage_claimed: Some(body::UsageClaim {
+                input_tokens: proposal.usage.input_tokens,
+                output_tokens: proposal.usage.output_tokens,
+                usd,
+            }),
+            cost_usd: Some(charge.cost_usd),
+            model_calls: charge.model_calls,
+            // The operator identity (component and script digests) of every call it made.
+            operators: Some(super::stages::recorded_identities(
+                &a.run_dir,
+                Stage::Novelty,
+            )),
+        };
+        self.append(Some(genid), &body)?;
         self.ensure_tag(genid, commit)?;
         self.keep_as_checkout(&a.wt, commit);
         let _ = std::fs::remove_file(a.run_dir.join(super::repair::FORK_MARKER));
@@ -753,16 +756,13 @@ impl Driver {
             Ok(ev) => ev,
             Err(e @ EvalError::EvaluatorChanged { .. }) => {
                 let reason = e.to_string();
-                self.append(
-                    types::STATUS,
-                    Some(genid),
-                    status_body(
-                        Status::InvalidProposal,
-                        Some("evaluate"),
-                        &reason,
-                        parent.as_deref(),
-                    ),
-                )?;
+                let body = StatusBody::new(
+                    Status::InvalidProposal,
+                    Some("evaluate"),
+                    &reason,
+                    parent.as_deref(),
+                );
+                self.append(Some(genid), &body)?;
                 self.say(format!("gen {genid}: invalid_proposal: {reason}"));
                 return Ok(());
             }
@@ -840,31 +840,25 @@ impl Driver {
                 } else {
                     "discard"
                 };
-                let mut body = Map::new();
-                body.insert("verdict".into(), json!(verdict));
-                body.insert(
-                    "reason".into(),
-                    json!(clip(&self.redactor.redact(&d.reason), 2000)),
-                );
                 let gate_dir = self.ws.paths.run_dir(genid).join("gate");
-                if let Some(id) = super::stages::recorded_identity(&gate_dir) {
-                    body.insert("operator".into(), id);
-                }
-                self.append(types::GATE, Some(genid), body)?;
+                let body = GateBody {
+                    verdict: Some(verdict.to_string()),
+                    reason: Some(clip(&self.redactor.redact(&d.reason), 2000)),
+                    operator: super::stages::recorded_identity(&gate_dir),
+                    cost_usd: None,
+                };
+                self.append(Some(genid), &body)?;
                 self.say(format!("gen {genid}: gate {verdict}: {}", d.reason));
                 Ok(true)
             }
             Ok(_) => {
-                self.append(
-                    types::STATUS,
-                    Some(genid),
-                    status_body(
-                        Status::OperatorFailed,
-                        Some("gate"),
-                        "gate returned something other than a decision",
-                        parent,
-                    ),
-                )?;
+                let body = StatusBody::new(
+                    Status::OperatorFailed,
+                    Some("gate"),
+                    "gate returned something other than a decision",
+                    parent,
+                );
+                self.append(Some(genid), &body)?;
                 Ok(false)
             }
             Err(_) if self.cancel().is_cancelled() => {
@@ -872,11 +866,8 @@ impl Driver {
             }
             Err(f) => {
                 let reason = clip(&self.redactor.redact(&f.message), 4000);
-                self.append(
-                    types::STATUS,
-                    Some(genid),
-                    status_body(Status::OperatorFailed, Some("gate"), &reason, parent),
-                )?;
+                let body = StatusBody::new(Status::OperatorFailed, Some("gate"), &reason, parent);
+                self.append(Some(genid), &body)?;
                 self.say(format!("gen {genid}: gate failed: {reason}"));
                 Ok(false)
             }
@@ -916,50 +907,43 @@ impl Driver {
             // No record event: record still runs (once) when the run resumes.
             return Err(self.cancelled(&[genid.to_string()], "record", parent));
         }
-        let mut body = Map::new();
-        match out {
+        let failed = |error: String| RecordBody {
+            annotations: Some(Map::new()),
+            error: Some(error),
+            ..RecordBody::default()
+        };
+        let body = match out {
             Ok(StageOutput::Annotations(map)) => {
                 let (kept, dropped): (Vec<_>, Vec<_>) = map
                     .into_iter()
                     .partition(|(k, _)| evolve_archive::annotation_allowed(k));
-                body.insert(
-                    "annotations".into(),
-                    Value::Object(kept.into_iter().collect()),
-                );
-                if !dropped.is_empty() {
-                    body.insert(
-                        "dropped".into(),
-                        json!(dropped.into_iter().map(|(k, _)| k).collect::<Vec<_>>()),
-                    );
+                RecordBody {
+                    annotations: Some(kept.into_iter().collect()),
+                    dropped: (!dropped.is_empty())
+                        .then(|| dropped.into_iter().map(|(k, _)| k).collect()),
+                    ..RecordBody::default()
                 }
             }
-            Ok(_) => {
-                body.insert("annotations".into(), json!({}));
-                body.insert(
-                    "error".into(),
-                    json!("record returned something other than annotations"),
-                );
-            }
-            Err(f) => {
-                body.insert("annotations".into(), json!({}));
-                body.insert(
-                    "error".into(),
-                    json!(clip(&self.redactor.redact(&f.message), 2000)),
-                );
-            }
-        }
-        self.append(types::RECORD, Some(genid), body)
+            Ok(_) => failed("record returned something other than annotations".into()),
+            Err(f) => failed(clip(&self.redactor.redact(&f.message), 2000)),
+        };
+        self.append(Some(genid), &body)
     }
 
     /// Archive what a stage that ends with no event of its own spent, as a `repair`
     /// note, unless it spent nothing.
     fn archive_spend(&self, genid: &str, stage: &str, meter: &Meter) -> Result<()> {
-        let Some(mut body) = meter.charged() else {
+        let Some(charge) = meter.charged() else {
             return Ok(());
         };
-        body.insert("what".into(), json!(format!("what {stage} spent")));
-        body.insert("stage".into(), json!(stage));
-        self.append(types::REPAIR, Some(genid), body)
+        let body = RepairBody {
+            what: format!("what {stage} spent"),
+            stage: Some(stage.to_string()),
+            cost_usd: Some(charge.cost_usd),
+            model_calls: charge.model_calls,
+            ..RepairBody::default()
+        };
+        self.append(Some(genid), &body)
     }
 
     /// Reflect, loaded from the workspace head (`gen/0`'s commit: the branch never moves
@@ -1009,10 +993,13 @@ impl Driver {
         }
         match out {
             Ok(out @ StageOutput::Playbook(_)) => {
-                let mut body = Map::new();
-                body.insert("ops".into(), out.to_json());
-                body.extend(meter.charged().unwrap_or_default());
-                self.append("playbook", Some(genid), body)
+                let charge = meter.charged();
+                let body = PlaybookBody {
+                    ops: out.to_json(),
+                    cost_usd: charge.as_ref().map(|c| c.cost_usd),
+                    model_calls: charge.and_then(|c| c.model_calls),
+                };
+                self.append(Some(genid), &body)
             }
             Ok(_) => Ok(()),
             // Reflect is best effort and not retried: nothing to archive.
@@ -1127,4 +1114,26 @@ fn playbook_entries(state: &State) -> Vec<wit::PlaybookEntry> {
                 .unwrap_or_else(|| "{}".into()),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use evolve_archive::{EventBody, RepairBody, StatusBody};
+
+    #[test]
+    fn bodies_list_model_calls_under_the_ledgers_key() {
+        // The ledger finds what the archive charged by this key, whatever the event.
+        let key = crate::model::ledger::MODEL_CALLS_KEY;
+        let calls = Some(vec!["call-1".to_string()]);
+        let repair = RepairBody {
+            model_calls: calls.clone(),
+            ..RepairBody::default()
+        };
+        let status = StatusBody {
+            model_calls: calls,
+            ..StatusBody::default()
+        };
+        assert!(repair.to_map().contains_key(key));
+        assert!(status.to_map().contains_key(key));
+    }
 }

@@ -30,7 +30,8 @@ use evaluate::{EvalError, EvalRequest, Evaluated};
 use evaluator_harbor::engine::Engine;
 use evaluator_harbor::split::SplitName;
 use evolve_archive::{
-    Archive, Champion, Eligibility, LockError, Row, RunLock, Status, champion, eligibility, types,
+    Archive, Champion, Eligibility, EventBody, GateBody, LockError, RepairBody, Row, RunLock,
+    SelectBody, SelectFallback, Status, StatusBody, champion, eligibility, types,
 };
 use evolve_snapshot::{Oid, Surface};
 use serde_json::{Map, Value, json};
@@ -347,19 +348,15 @@ impl Driver {
             || recovery.archive_torn.is_some()
             || recovery.receipts_torn.is_some()
         {
-            let mut body = Map::new();
-            body.insert("what".into(), json!("archive recovery at open"));
-            body.insert("resigned_seqs".into(), json!(recovery.resigned));
-            body.insert(
-                "torn_archive_tail".into(),
-                json!(recovery.archive_torn.is_some()),
-            );
-            body.insert(
-                "torn_receipts_tail".into(),
-                json!(recovery.receipts_torn.is_some()),
-            );
+            let body = RepairBody {
+                what: "archive recovery at open".into(),
+                resigned_seqs: Some(recovery.resigned.clone()),
+                torn_archive_tail: Some(recovery.archive_torn.is_some()),
+                torn_receipts_tail: Some(recovery.receipts_torn.is_some()),
+                ..RepairBody::default()
+            };
             archive
-                .append(types::REPAIR, None, body, &now())
+                .append(RepairBody::TYPE, None, body.to_map(), &now())
                 .map_err(|e| RunError::new(format!("archive: {e}")))?;
         }
         pack_once(&ws);
@@ -442,7 +439,12 @@ impl Driver {
     }
 
     /// Append one event; an archive failure stops the run.
-    pub(crate) fn append(
+    pub(crate) fn append<B: EventBody>(&self, genid: Option<&str>, body: &B) -> Result<()> {
+        self.append_map(B::TYPE, genid, body.to_map())
+    }
+
+    /// Append an event whose body is already a map (an evaluation's stamped fields).
+    fn append_map(
         &self,
         event_type: &str,
         genid: Option<&str>,
@@ -516,11 +518,8 @@ impl Driver {
             self.drive(generation).await?;
             if let Some(why) = self.budget_refusal(&self.state(), fresh.len()) {
                 for g in &fresh {
-                    self.append(
-                        types::STATUS,
-                        Some(g),
-                        status_body(Status::BudgetExhausted, None, &why, None),
-                    )?;
+                    let body = StatusBody::new(Status::BudgetExhausted, None, &why, None);
+                    self.append(Some(g), &body)?;
                 }
                 self.say(format!("gen {generation}: budget exhausted: {why}"));
                 status = RunStatus::BudgetExhausted;
@@ -727,10 +726,12 @@ impl Driver {
             .row("0")
             .ok_or_else(|| RunError::new("the archive has no generation 0 row"))?;
         if row0.pending_gate {
-            let mut body = Map::new();
-            body.insert("verdict".into(), json!("keep"));
-            body.insert("reason".into(), json!("generation 0 is the baseline"));
-            self.append(types::GATE, Some("0"), body)?;
+            let body = GateBody {
+                verdict: Some("keep".into()),
+                reason: Some("generation 0 is the baseline".into()),
+                ..GateBody::default()
+            };
+            self.append(Some("0"), &body)?;
         }
         if !self.ws.task_set.split.sealed.is_empty() && !has_complete_anchor(row0) {
             self.say("gen 0: evaluating the seed on the sealed split (anchor, never selectable)");
@@ -871,19 +872,20 @@ impl Driver {
     /// Append a `repair` event for reused trials, then the evaluation itself.
     pub(crate) fn append_evaluation(&self, genid: &str, ev: &Evaluated) -> Result<()> {
         if !ev.reused.is_empty() {
-            let mut body = Map::new();
-            body.insert(
-                "what".into(),
-                json!("completed trials of an interrupted evaluation reused"),
-            );
-            body.insert("attempt".into(), json!(ev.attempt));
-            body.insert(
-                "trials".into(),
-                Value::Array(ev.reused.iter().map(|r| json!({"task": self.redactor.key(&r.task), "repetition": r.repetition, "from_attempt": r.attempt})).collect()),
-            );
-            self.append(types::REPAIR, Some(genid), body)?;
+            let trials = ev.reused.iter().map(|r| evolve_archive::ReusedTrial {
+                task: self.redactor.key(&r.task),
+                repetition: r.repetition,
+                from_attempt: r.attempt,
+            });
+            let body = RepairBody {
+                what: "completed trials of an interrupted evaluation reused".into(),
+                attempt: Some(ev.attempt),
+                trials: Some(trials.collect()),
+                ..RepairBody::default()
+            };
+            self.append(Some(genid), &body)?;
         }
-        self.append(types::EVALUATION, Some(genid), ev.body.clone())
+        self.append_map(types::EVALUATION, Some(genid), ev.body.clone())
     }
 
     /// One select call for `generation`, or the archived decision of an interrupted run.
@@ -936,9 +938,10 @@ impl Driver {
                     .await?
                 {
                     Ok(p) => {
-                        fallback = Some(
-                            json!({"from": from, "reason": child::clip(&self.redactor.redact(&first.reason), 2000)}),
-                        );
+                        fallback = Some(SelectFallback {
+                            from: from.clone(),
+                            reason: child::clip(&self.redactor.redact(&first.reason), 2000),
+                        });
                         from = "gen/0".into();
                         run_dir = dir;
                         p
@@ -954,18 +957,15 @@ impl Driver {
             }
             Err(first) => return self.select_failed(fresh, first.reason, first.unloadable),
         };
-        let mut body = Map::new();
-        body.insert("generation".into(), json!(generation));
-        body.insert("parents".into(), json!(parents));
-        body.insert("operator_from".into(), json!(from));
-        if let Some(f) = fallback {
-            body.insert("fallback".into(), f);
-        }
-        if let Some(id) = stages::recorded_identity(&run_dir) {
-            body.insert("operator".into(), id);
-        }
-        body.insert("recipe_sha256".into(), json!(self.recipe.sha256()));
-        self.append("select", None, body)?;
+        let body = SelectBody {
+            generation,
+            parents: parents.clone(),
+            operator_from: from,
+            fallback,
+            operator: stages::recorded_identity(&run_dir),
+            recipe_sha256: self.recipe.sha256(),
+        };
+        self.append(None, &body)?;
         self.select_failures
             .store(0, std::sync::atomic::Ordering::Relaxed);
         self.say(format!("gen {generation}: select → {}", parents.join(", ")));
@@ -1071,11 +1071,8 @@ impl Driver {
     fn fail_all(&self, genids: &[String], stage: &str, reason: String) -> Result<()> {
         self.say(format!("{stage} failed: {reason}"));
         for g in genids {
-            self.append(
-                types::STATUS,
-                Some(g),
-                status_body(Status::OperatorFailed, Some(stage), &reason, None),
-            )?;
+            let body = StatusBody::new(Status::OperatorFailed, Some(stage), &reason, None);
+            self.append(Some(g), &body)?;
         }
         Ok(())
     }
@@ -1160,24 +1157,6 @@ fn assign(parents: &[String], n: usize) -> Vec<String> {
 /// The parents an earlier run's select chose for `generation`.
 fn archived_selection(state: &State, generation: u32) -> Option<Vec<String>> {
     state.selections.get(&(generation as u64)).cloned()
-}
-
-pub(crate) fn status_body(
-    status: Status,
-    stage: Option<&str>,
-    reason: &str,
-    parent: Option<&str>,
-) -> Map<String, Value> {
-    let mut body = Map::new();
-    body.insert("status".into(), json!(status));
-    if let Some(s) = stage {
-        body.insert("failure_stage".into(), json!(s));
-    }
-    body.insert("reason".into(), json!(reason));
-    if let Some(p) = parent {
-        body.insert("parent".into(), json!(p));
-    }
-    body
 }
 
 pub(crate) fn fmt_score(s: Option<f64>) -> String {
@@ -1281,9 +1260,9 @@ fn reconcile_model_spend(ws: &Workspace, archive: &mut Archive) -> Result<()> {
     for (genid, calls) in by_genid {
         archive
             .append(
-                types::REPAIR,
+                RepairBody::TYPE,
                 genid.as_deref(),
-                unbilled_body(&calls),
+                unbilled_body(&calls).to_map(),
                 &now(),
             )
             .map_err(|e| RunError::new(format!("archive: {e}")))?;
@@ -1313,26 +1292,18 @@ fn billed_model_calls(archive: &Archive) -> std::collections::HashSet<String> {
 }
 
 /// The `repair` event body that charges `calls` of one generation.
-fn unbilled_body(calls: &[&crate::model::ledger::Call]) -> Map<String, Value> {
+fn unbilled_body(calls: &[&crate::model::ledger::Call]) -> RepairBody {
     let answered = calls.iter().filter(|c| c.settled_usd.is_some()).count();
     let logs: std::collections::BTreeSet<&str> = calls.iter().map(|c| c.log.as_str()).collect();
-    let mut body = Map::new();
-    body.insert(
-        "what".into(),
-        json!("model calls of a killed run that no event charged: answered ones at their charge, ones in flight at their reserved worst case"),
-    );
-    body.insert(
-        crate::model::ledger::MODEL_CALLS_KEY.into(),
-        json!(calls.iter().map(|c| &c.id).collect::<Vec<_>>()),
-    );
-    body.insert("answered".into(), json!(answered));
-    body.insert("in_flight".into(), json!(calls.len() - answered));
-    body.insert("logs".into(), json!(logs));
-    body.insert(
-        "cost_usd".into(),
-        json!(calls.iter().map(|c| c.charge()).sum::<f64>()),
-    );
-    body
+    RepairBody {
+        what: "model calls of a killed run that no event charged: answered ones at their charge, ones in flight at their reserved worst case".into(),
+        model_calls: Some(calls.iter().map(|c| c.id.clone()).collect()),
+        answered: Some(answered as u64),
+        in_flight: Some((calls.len() - answered) as u64),
+        logs: Some(logs.into_iter().map(str::to_string).collect()),
+        cost_usd: Some(calls.iter().map(|c| c.charge()).sum::<f64>()),
+        ..RepairBody::default()
+    }
 }
 
 /// The generation whose stage wrote into `log` (`…/runs/gen-<genid>/…`), if any. Read

@@ -14,9 +14,9 @@
 //! archive (a `cancelled` status is superseded by the attempt's next event, see
 //! docs/archive.md).
 
-use super::{Driver, Result, RunError, status_body};
+use super::{Driver, Result, RunError};
 use crate::sandbox::Cancel;
-use evolve_archive::{Status, types};
+use evolve_archive::{Status, StatusBody};
 use std::sync::{Arc, RwLock};
 
 /// One thing that happened during a run.
@@ -150,13 +150,13 @@ impl Driver {
         parent: Option<&str>,
     ) -> RunError {
         for g in genids {
-            let body = status_body(
+            let body = StatusBody::new(
                 Status::Cancelled,
                 Some(stage),
                 "interrupted by the user",
                 parent,
             );
-            if let Err(e) = self.append(types::STATUS, Some(g), body) {
+            if let Err(e) = self.append(Some(g), &body) {
                 return e;
             }
         }
