@@ -738,7 +738,7 @@ impl Driver {
         let row = state
             .row(genid)
             .ok_or_else(|| RunError::new(format!("gen {genid} is not in the archive")))?;
-        if !super::has_complete_anchor(row) {
+        if !super::anchors::has_complete_anchor(row) {
             let commit = certified_commit(row, genid, self.ws.genesis)?;
             self.say(format!("gen {genid}: sealed acceptance evaluation"));
             let ev = self
@@ -748,7 +748,7 @@ impl Driver {
                     commit,
                     purpose: "anchor",
                     split: SplitName::Sealed,
-                    certified_attempts: super::anchor_attempts(row),
+                    certified_attempts: super::anchors::anchor_attempts(row),
                 })
                 .await?;
             self.append_evaluation(genid, &ev)?;

@@ -8,8 +8,8 @@
 //! progress itself once a sink is installed.
 //!
 //! Cancellation: the sandbox's [`Cancel`] token (set on Ctrl-C). An operator call in flight
-//! ends as `cancelled`; an evaluation in flight is dropped (its completed trials stay on
-//! disk and are reused on resume). Either way a `status` event `cancelled` names the stage
+//! ends as `cancelled`; an evaluation in flight is dropped (`evaluate.rs`; its completed
+//! trials stay on disk and are reused on resume). Either way a `status` event `cancelled` names the stage
 //! that was stopped, and the run returns an error; the next `evolve run` resumes from the
 //! archive (a `cancelled` status is superseded by the attempt's next event, see
 //! docs/archive.md).
@@ -179,41 +179,6 @@ impl Driver {
             spent_usd: state.spent(),
             budget_usd: self.ws.recipe.experiment.budget_usd,
         });
-    }
-
-    /// Run an evaluation with trial progress, stopped (and archived as `cancelled`)
-    /// when the user interrupts the run. Completed trials stay on disk for the resume.
-    pub(crate) async fn evaluate_observed(
-        &self,
-        req: &super::EvalRequest,
-    ) -> Result<std::result::Result<super::Evaluated, super::EvalError>> {
-        self.check_cancelled(&format!("evaluating gen {}", req.genid))?;
-        self.progress.emit(Event::EvaluationStarted {
-            genid: req.genid.clone(),
-            purpose: req.purpose.to_string(),
-        });
-        let started = std::time::Instant::now();
-        let result = tokio::select! {
-            biased;
-            () = self.cancel.cancelled() => None,
-            r = super::evaluate::evaluate_with(&self.ws, self.engine.clone(), req, &self.progress) => Some(r),
-        };
-        if let Ok(mut t) = self.evaluation_time.lock() {
-            *t += started.elapsed();
-        }
-        let Some(result) = result else {
-            let parent = req.parent.as_deref();
-            return Err(self.cancelled(std::slice::from_ref(&req.genid), "evaluate", parent));
-        };
-        if let Ok(ev) = &result {
-            self.progress.emit(Event::EvaluationFinished {
-                genid: req.genid.clone(),
-                purpose: req.purpose.to_string(),
-                outcome: ev.outcome.clone(),
-                score: ev.score,
-            });
-        }
-        Ok(result)
     }
 }
 
