@@ -5,16 +5,18 @@
 //! genid still needs ([`next_step`]), read from the archive.
 
 use super::spend::Meter;
+use super::stages::{At, StageFailure};
 use super::view::{self, row_json, row_view};
 use super::{Driver, Result, RunError, State, fmt_score};
 use crate::safe_tree::{self, TreeLimits};
+use crate::sandbox::Capabilities;
 use crate::sandbox::types::{self as wit, Stage};
-use crate::sandbox::{Capabilities, StageInput, StageOutput};
 use crate::workspace::layout;
 use evolve_archive::body::{self, GenerationBody};
 use evolve_archive::{Status, StatusBody};
-use evolve_snapshot::{Change, ChangeKind, Limits as SnapshotLimits, Oid};
+use evolve_snapshot::{Change, ChangeKind, Limits as SnapshotLimits, Oid, Snapshot};
 use serde_json::{Value, json};
+use std::future::Future;
 use std::path::{Path, PathBuf};
 
 /// What a genid still needs.
@@ -130,236 +132,176 @@ pub(crate) fn clip(s: &str, max: usize) -> String {
 pub(crate) struct Attempt {
     genid: String,
     parent: String,
+    /// The parent's certified commit, which the fork checked out.
+    parent_commit: Oid,
     wt: PathBuf,
     run_dir: PathBuf,
     meter: Meter,
 }
 
+/// How a transaction ends short of its commit.
+enum Halt {
+    /// The attempt stopped early and its `status` event is archived: the run goes on.
+    Stopped,
+    /// The run stops: the user interrupted it, or the host failed.
+    Run(RunError),
+}
+
+impl From<RunError> for Halt {
+    fn from(e: RunError) -> Halt {
+        Halt::Run(e)
+    }
+}
+
+/// What a step of the transaction gives the next one, unless the transaction halts.
+type Flow<T> = std::result::Result<T, Halt>;
+
 impl Driver {
-    /// Archive an early stop and discard the child's worktree.
-    /// Archive an early stop (with what the attempt spent) and discard its worktree.
-    fn stop(&self, a: &Attempt, status: Status, stage: &str, reason: &str) -> Result<()> {
-        self.stop_with(a, status, stage, reason, None)
-    }
-
-    /// Archive the early stop of a candidate whose tree was snapshotted and then rejected
-    /// (surface, operator edits, validate, novelty). The proposed tree is kept first, as a
-    /// commit on `refs/evolve/proposed/<genid>` (never a tag: nothing selects, evaluates
-    /// or verifies it), and the stop archives its tree id, so `evolve diff` and the viewer
-    /// can show what was proposed beside why it was rejected.
-    fn stop_proposed(
-        &self,
-        a: &Attempt,
-        (status, stage, reason): (Status, &str, &str),
-        parent_commit: Oid,
-        tree: Oid,
-    ) -> Result<()> {
-        let message = format!(
-            "evolve: proposed gen {} (parent {}), {status} at {stage}",
-            a.genid, a.parent
-        );
-        let store = &self.ws.store;
-        // Best effort: losing the proposal to look at must not lose the stop itself.
-        let kept = store
-            .commit(tree, Some(parent_commit), &message, false)
-            .and_then(|c| store.set_evolve_ref(&layout::proposed_ref(&a.genid), c));
-        let proposed = kept.is_ok().then(|| tree.to_string());
-        self.stop_with(a, status, stage, reason, proposed)
-    }
-
-    fn stop_with(
-        &self,
-        a: &Attempt,
-        status: Status,
-        stage: &str,
-        reason: &str,
-        proposed_tree: Option<String>,
-    ) -> Result<()> {
-        let reason = clip(&self.redactor.redact(reason), 4000);
-        // What the attempt's stages spent is charged even though it stopped early.
-        let charge = a.meter.charge();
-        // The operators (and scripts) that ran, up to the stage that stopped the child.
-        let upto = crate::sandbox::parse_stage(stage).unwrap_or(Stage::Mutate);
-        let body = StatusBody {
-            proposed_tree,
-            cost_usd: Some(charge.cost_usd),
-            model_calls: charge.model_calls,
-            operators: Some(super::stages::recorded_identities(&a.run_dir, upto)),
-            ..StatusBody::new(status, Some(stage), &reason, Some(&a.parent))
-        };
-        self.append(Some(&a.genid), &body)?;
-        self.retire(&a.wt);
-        let _ = std::fs::remove_file(a.run_dir.join(super::repair::FORK_MARKER));
-        self.say(format!("gen {}: {status} ({stage}): {reason}", a.genid));
-        Ok(())
-    }
-
-    /// Call a stage on the child's fork. `None` means it failed and the attempt was
-    /// closed as `operator_failed`.
-    async fn fork_stage(
-        &self,
-        a: &Attempt,
-        stage: Stage,
-        feedback: Option<&Path>,
-        input: StageInput,
-        record: Value,
-    ) -> Result<Option<StageOutput>> {
-        let name = crate::sandbox::stage_name(stage);
-        let dir = a.run_dir.join(name);
-        let caps = match stage {
-            Stage::Analyze => a.meter.model(self, &dir),
-            Stage::Rollout | Stage::Mutate | Stage::Validate => a.meter.tasks(self, &a.wt, &dir),
-            _ => Capabilities::default(),
-        };
-        match self
-            .stages
-            .call(stage, &a.wt, &dir, feedback, caps, input, record)
-            .await
-        {
-            Ok(out) => Ok(Some(out)),
-            Err(_) if self.cancel().is_cancelled() => {
-                self.stop(a, Status::Cancelled, name, "interrupted by the user")?;
-                Err(super::progress::interrupted(&format!(
-                    "{name} of gen {} ended `cancelled`",
-                    a.genid
-                )))
-            }
-            Err(f) => self
-                .stop(a, Status::OperatorFailed, name, &f.message)
-                .map(|_| None),
-        }
-    }
-
-    pub(super) fn parent_view(&self, state: &State, parent: &str) -> Option<wit::ArchiveRow> {
-        state
-            .row(parent)
-            .map(|r| row_view(r, state.eligible(parent), &self.redactor))
-    }
-
-    /// Fork the parent's certified commit into the child's worktree.
-    fn fork(&self, genid: &str, parent: &str, state: &State) -> Result<(Attempt, Oid)> {
-        let parent_commit = state
-            .row(parent)
-            .and_then(|r| r.evaluation.as_ref())
-            .and_then(|e| e.candidate_commit())
-            .and_then(|c| Oid::from_str(c).ok())
-            .ok_or_else(|| RunError::new(format!("parent {parent} has no certified commit")))?;
-        let a = Attempt {
-            genid: genid.to_string(),
-            parent: parent.to_string(),
-            wt: self.ws.paths.worktree(genid),
-            run_dir: self.ws.paths.run_dir(genid),
-            meter: Meter::default(),
-        };
-        if let Some(p) = a.wt.parent() {
-            std::fs::create_dir_all(p)
-                .map_err(|e| RunError::new(format!("cannot create {}: {e}", p.display())))?;
-        }
-        self.check_out(parent_commit, &a.wt).map_err(|e| {
-            RunError::new(format!(
-                "cannot fork gen/{parent} into {}: {e}",
-                a.wt.display()
-            ))
-        })?;
-        super::stages::write_json(
-            &a.run_dir.join(super::repair::FORK_MARKER),
-            &json!({"parent": parent, "commit": parent_commit.to_string()}),
-        );
-        Ok((a, parent_commit))
-    }
-
-    /// Run a fresh child of `parent` as `genid`.
+    /// Run a fresh child of `parent` as `genid`: fork, the transaction up to its commit,
+    /// then the committed child's evaluation, gate, record and reflect (`committed.rs`).
     pub(crate) async fn run_child(&self, genid: &str, parent: String) -> Result<()> {
         let state = self.state();
         let parent_view = self
             .parent_view(&state, &parent)
             .ok_or_else(|| RunError::new(format!("parent {parent} has no archive row")))?;
-        let (a, parent_commit) = self.fork(genid, &parent, &state)?;
+        let a = self.fork(genid, &parent, &state)?;
         self.say(format!(
             "gen {genid}: forked gen/{parent} (score {})",
             fmt_score(parent_view.score)
         ));
-        let p = Some(parent.as_str());
-        let wrong = |stage: &str| format!("{stage} returned a result of another stage's kind");
+        match self.transaction(&a, &state, &parent_view).await {
+            Ok(commit) => self.finish(genid, Some(parent), commit).await,
+            Err(Halt::Stopped) => Ok(()),
+            Err(Halt::Run(e)) => Err(e),
+        }
+    }
 
-        // Rollout and analyze run the parent's operators on the fork.
-        let input = StageInput::Rollout {
-            ctx: self.stages.context(Stage::Rollout, genid, p),
-            parent: parent_view.clone(),
-        };
-        let record = json!({"parent": row_json(&parent_view)});
-        let rollout = match self
-            .fork_stage(&a, Stage::Rollout, None, input, record)
-            .await?
-        {
-            None => return Ok(()),
-            Some(StageOutput::Evidence(e)) => e,
-            Some(_) => return self.stop(&a, Status::OperatorFailed, "rollout", &wrong("rollout")),
-        };
+    /// The transaction on the fork, up to the commit of the reviewed tree
+    /// (docs/lifecycle.md, "One candidate transaction", steps 3 to 6).
+    async fn transaction(&self, a: &Attempt, state: &State, parent: &wit::ArchiveRow) -> Flow<Oid> {
+        // Rollout, analyze and mutate run the parent's operators on the fork.
+        let rollout = self
+            .on_fork(a, Stage::Rollout, |at| {
+                self.stages.rollout(at, parent.clone())
+            })
+            .await?;
         let analysis = if self.stages.enabled(Stage::Analyze) {
-            let input = StageInput::Analyze {
-                ctx: self.stages.context(Stage::Analyze, genid, p),
-                rollout: rollout.clone(),
-            };
-            let record =
-                json!({"rollout": {"summary": rollout.summary, "artifacts": rollout.artifacts}});
-            match self
-                .fork_stage(&a, Stage::Analyze, None, input, record)
-                .await?
-            {
-                None => return Ok(()),
-                Some(StageOutput::Evidence(e)) => Some(e),
-                Some(_) => {
-                    return self.stop(&a, Status::OperatorFailed, "analyze", &wrong("analyze"));
-                }
-            }
+            let call = |at| self.stages.analyze(at, &rollout);
+            Some(self.on_fork(a, Stage::Analyze, call).await?)
         } else {
             None
         };
-
         // Mutate edits the fork, with a train-only feedback bundle.
-        let feedback =
-            self.feedback_bundle(&a.run_dir, &parent_view, &rollout, analysis.as_ref())?;
+        let feedback = self.feedback_bundle(&a.run_dir, parent, &rollout, analysis.as_ref())?;
+        let observation = self.observation(state, &rollout, analysis);
+        let proposal = self
+            .on_fork(a, Stage::Mutate, |at| {
+                self.stages.mutate(at, &feedback, observation)
+            })
+            .await?;
+
+        let snap = self.review(a).await?;
+        let changed = changed_paths(&snap.changes);
+
+        // Validate and novelty run the parent's operators on the mutated tree.
+        if self.stages.enabled(Stage::Validate) {
+            let call = |at| self.stages.validate(at, &changed, &rollout);
+            let v = self.on_fork(a, Stage::Validate, call).await?;
+            if !v.accept {
+                let why = format!("candidate validation rejected: {}", v.reason);
+                let stop = (Status::RejectedValidation, "validate", why.as_str());
+                return Err(self.stop_proposed(a, stop, snap.tree));
+            }
+        }
+        if self.stages.enabled(Stage::Novelty) {
+            let diff = self.candidate_diff(state, a.parent_commit, snap.tree, &changed)?;
+            let n = self
+                .on_fork(a, Stage::Novelty, |at| self.stages.novelty(at, diff))
+                .await?;
+            if !n.accept {
+                let why = format!(
+                    "novelty {:.3}: a near-duplicate of an accepted edit, or no edit",
+                    n.novelty
+                );
+                let stop = (Status::RejectedDuplicate, "novelty", why.as_str());
+                return Err(self.stop_proposed(a, stop, snap.tree));
+            }
+        }
+        self.commit(a, &snap, &proposal, changed.len())
+    }
+
+    /// Call `stage` on the child's fork, with the capabilities its world grants metered
+    /// by the attempt. Whatever makes the call fail (the operator, loading it, a result
+    /// of another stage's kind) ends the attempt here as `operator_failed`; a call the
+    /// user stopped ends it as `cancelled`, and the run stops.
+    async fn on_fork<'a, T, F, Fut>(&self, a: &'a Attempt, stage: Stage, call: F) -> Flow<T>
+    where
+        F: FnOnce(At<'a>) -> Fut,
+        Fut: Future<Output = std::result::Result<T, StageFailure>>,
+    {
+        let name = crate::sandbox::stage_name(stage);
+        let dir = a.run_dir.join(name);
+        let capabilities = match stage {
+            Stage::Analyze => a.meter.model(self, &dir),
+            Stage::Rollout | Stage::Mutate | Stage::Validate => a.meter.tasks(self, &a.wt, &dir),
+            _ => Capabilities::default(),
+        };
+        let at = At {
+            genid: &a.genid,
+            parent: Some(&a.parent),
+            checkout: &a.wt,
+            run_dir: dir,
+            capabilities,
+        };
+        match call(at).await {
+            Ok(out) => Ok(out),
+            Err(_) if self.cancel().is_cancelled() => {
+                let what = format!("{name} of gen {} ended `cancelled`", a.genid);
+                Err(self.interrupt(a, name, &what))
+            }
+            Err(f) => Err(self.stop(a, Status::OperatorFailed, name, &f.message)),
+        }
+    }
+
+    /// What mutate observes: this generation's train evidence, the surface it may
+    /// change, and the archive as operators see it.
+    fn observation(
+        &self,
+        state: &State,
+        rollout: &wit::Evidence,
+        analysis: Option<wit::Evidence>,
+    ) -> wit::Observation {
         let surface = &self.ws.recipe.surface;
-        let observation = wit::Observation {
+        wit::Observation {
             rollout: Some(rollout.clone()),
-            analysis: analysis.clone(),
+            analysis,
             feedback_dir: Some("/feedback".into()),
             surface: wit::Surface {
                 includes: surface.include.clone(),
                 excludes: surface.exclude.clone(),
             },
-            archive: Some(self.operator_archive(&state)),
-        };
-        let input = StageInput::Mutate {
-            ctx: self.stages.context(Stage::Mutate, genid, p),
-            observation,
-        };
-        let record = json!({"feedback": "feedback/", "surface": {"include": surface.include, "exclude": surface.exclude}});
-        let proposal = match self
-            .fork_stage(&a, Stage::Mutate, Some(&feedback), input, record)
-            .await?
-        {
-            None => return Ok(()),
-            Some(StageOutput::Proposal(p)) => p,
-            Some(_) => return self.stop(&a, Status::OperatorFailed, "mutate", &wrong("mutate")),
-        };
+            archive: Some(self.operator_archive(state)),
+        }
+    }
 
-        // The surface check uses the actual tree, never the operator's claim.
+    /// Step 4: the surface check on the actual tree (never the operator's claim), then
+    /// the check that every edited operator still serves its stage. Returns the
+    /// snapshot of the reviewed tree.
+    async fn review(&self, a: &Attempt) -> Flow<Snapshot> {
         let snap = match self.ws.store.snapshot(
             &a.wt,
-            Some(parent_commit),
+            Some(a.parent_commit),
             &SnapshotLimits::default(),
             &layout::skip_top_level,
         ) {
             Ok(s) => s,
             Err(e) => {
                 let why = format!("the mutated tree cannot be snapshotted: {e}");
-                return self.stop(&a, Status::InvalidProposal, "mutate", &why);
+                return Err(self.stop(a, Status::InvalidProposal, "mutate", &why));
             }
         };
         if snap.changes.is_empty() {
-            return self.stop(&a, Status::NoProposal, "mutate", "no changes to commit");
+            return Err(self.stop(a, Status::NoProposal, "mutate", "no changes to commit"));
         }
         let violations = self.surface.check(&snap.changes);
         if !violations.is_empty() {
@@ -373,22 +315,16 @@ impl Driver {
                 violations.len(),
                 list.join("; ")
             );
-            return self.stop_proposed(
-                &a,
-                (Status::InvalidProposal, "surface", why.as_str()),
-                parent_commit,
-                snap.tree,
-            );
+            let stop = (Status::InvalidProposal, "surface", why.as_str());
+            return Err(self.stop_proposed(a, stop, snap.tree));
         }
         // An edited operator must still serve its stage before the tree can become a
         // parent: one that does not would fail every generation descending from it
         // (`stages/edits.rs`).
         let defects = self.stages.check_operator_edits(&a.wt, &snap.changes).await;
         if self.cancel().is_cancelled() {
-            self.stop(&a, Status::Cancelled, "surface", "interrupted by the user")?;
-            return Err(super::progress::interrupted(&format!(
-                "the operator check of gen {genid} ended `cancelled`"
-            )));
+            let what = format!("the operator check of gen {} ended `cancelled`", a.genid);
+            return Err(self.interrupt(a, "surface", &what));
         }
         if !defects.is_empty() {
             let list: Vec<String> = defects.iter().take(20).map(ToString::to_string).collect();
@@ -397,85 +333,28 @@ impl Driver {
                 defects.len(),
                 list.join("; ")
             );
-            return self.stop_proposed(
-                &a,
-                (Status::InvalidProposal, "surface", why.as_str()),
-                parent_commit,
-                snap.tree,
-            );
+            let stop = (Status::InvalidProposal, "surface", why.as_str());
+            return Err(self.stop_proposed(a, stop, snap.tree));
         }
-        let changed = changed_paths(&snap.changes);
+        Ok(snap)
+    }
 
-        // Validate and novelty run the parent's operators on the mutated tree.
-        if self.stages.enabled(Stage::Validate) {
-            let input = StageInput::Validate {
-                ctx: self.stages.context(Stage::Validate, genid, p),
-                changed: changed.clone(),
-                rollout: Some(rollout.clone()),
-            };
-            match self
-                .fork_stage(
-                    &a,
-                    Stage::Validate,
-                    None,
-                    input,
-                    json!({"changed": changed}),
-                )
-                .await?
-            {
-                None => return Ok(()),
-                Some(StageOutput::Validation(v)) if v.accept => {}
-                Some(StageOutput::Validation(v)) => {
-                    let why = format!("candidate validation rejected: {}", v.reason);
-                    return self.stop_proposed(
-                        &a,
-                        (Status::RejectedValidation, "validate", why.as_str()),
-                        parent_commit,
-                        snap.tree,
-                    );
-                }
-                Some(_) => {
-                    return self.stop(&a, Status::OperatorFailed, "validate", &wrong("validate"));
-                }
-            }
-        }
-        if self.stages.enabled(Stage::Novelty) {
-            let diff = self.candidate_diff(&state, parent_commit, snap.tree, &changed)?;
-            let input = StageInput::Novelty {
-                ctx: self.stages.context(Stage::Novelty, genid, p),
-                diff,
-            };
-            match self
-                .fork_stage(&a, Stage::Novelty, None, input, json!({"changed": changed}))
-                .await?
-            {
-                None => return Ok(()),
-                Some(StageOutput::Novelty(n)) if n.accept => {}
-                Some(StageOutput::Novelty(n)) => {
-                    let why = format!(
-                        "novelty {:.3}: a near-duplicate of an accepted edit, or no edit",
-                        n.novelty
-                    );
-                    return self.stop_proposed(
-                        &a,
-                        (Status::RejectedDuplicate, "novelty", why.as_str()),
-                        parent_commit,
-                        snap.tree,
-                    );
-                }
-                Some(_) => {
-                    return self.stop(&a, Status::OperatorFailed, "novelty", &wrong("novelty"));
-                }
-            }
-        }
-
-        // Commit the reviewed tree, archive it, then tag it (a tag never precedes its row).
+    /// Step 6: commit the reviewed tree, archive the `generation` event, then tag it (a
+    /// tag never precedes its row). The worktree becomes the commit's checkout.
+    fn commit(
+        &self,
+        a: &Attempt,
+        snap: &Snapshot,
+        proposal: &wit::Proposal,
+        changed: usize,
+    ) -> Flow<Oid> {
+        let (genid, parent) = (a.genid.as_str(), a.parent.as_str());
         let commit = self
             .ws
             .store
             .commit(
                 snap.tree,
-                Some(parent_commit),
+                Some(a.parent_commit),
                 &format!("evolve: generation {genid} (parent {parent})"),
                 false,
             )
@@ -489,7 +368,7 @@ impl Driver {
         // train trials; an operator's own usage figure is kept only as a claim).
         let charge = a.meter.charge();
         let body = GenerationBody {
-            parent: Some(parent.clone()),
+            parent: Some(parent.to_string()),
             commit: Some(commit.to_string()),
             tree: Some(snap.tree.to_string()),
             changes: Some(snap.changes.iter().map(path_change).collect()),
@@ -527,15 +406,119 @@ impl Driver {
             .collect::<Vec<_>>()
             .join("; ");
         self.say(format!(
-            "gen {genid}: committed {} change(s) as gen/{genid}{}",
-            changed.len(),
+            "gen {genid}: committed {changed} change(s) as gen/{genid}{}",
             if notes.is_empty() {
                 String::new()
             } else {
                 format!(" ({notes})")
             }
         ));
-        self.finish(genid, Some(parent), commit).await
+        Ok(commit)
+    }
+
+    /// Archive an early stop (with what the attempt spent) and discard its worktree.
+    fn stop(&self, a: &Attempt, status: Status, stage: &str, reason: &str) -> Halt {
+        self.stop_with(a, status, stage, reason, None)
+    }
+
+    /// Archive that the user stopped the attempt during `stage`, and stop the run.
+    fn interrupt(&self, a: &Attempt, stage: &str, what: &str) -> Halt {
+        match self.stop(a, Status::Cancelled, stage, "interrupted by the user") {
+            Halt::Stopped => Halt::Run(super::progress::interrupted(what)),
+            archive_failed => archive_failed,
+        }
+    }
+
+    /// Archive the early stop of a candidate whose tree was snapshotted and then rejected
+    /// (surface, operator edits, validate, novelty). The proposed tree is kept first, as a
+    /// commit on `refs/evolve/proposed/<genid>` (never a tag: nothing selects, evaluates
+    /// or verifies it), and the stop archives its tree id, so `evolve diff` and the viewer
+    /// can show what was proposed beside why it was rejected.
+    fn stop_proposed(
+        &self,
+        a: &Attempt,
+        (status, stage, reason): (Status, &str, &str),
+        tree: Oid,
+    ) -> Halt {
+        let message = format!(
+            "evolve: proposed gen {} (parent {}), {status} at {stage}",
+            a.genid, a.parent
+        );
+        let store = &self.ws.store;
+        // Best effort: losing the proposal to look at must not lose the stop itself.
+        let kept = store
+            .commit(tree, Some(a.parent_commit), &message, false)
+            .and_then(|c| store.set_evolve_ref(&layout::proposed_ref(&a.genid), c));
+        let proposed = kept.is_ok().then(|| tree.to_string());
+        self.stop_with(a, status, stage, reason, proposed)
+    }
+
+    fn stop_with(
+        &self,
+        a: &Attempt,
+        status: Status,
+        stage: &str,
+        reason: &str,
+        proposed_tree: Option<String>,
+    ) -> Halt {
+        let reason = clip(&self.redactor.redact(reason), 4000);
+        // What the attempt's stages spent is charged even though it stopped early.
+        let charge = a.meter.charge();
+        // The operators (and scripts) that ran, up to the stage that stopped the child.
+        let upto = crate::sandbox::parse_stage(stage).unwrap_or(Stage::Mutate);
+        let body = StatusBody {
+            proposed_tree,
+            cost_usd: Some(charge.cost_usd),
+            model_calls: charge.model_calls,
+            operators: Some(super::stages::recorded_identities(&a.run_dir, upto)),
+            ..StatusBody::new(status, Some(stage), &reason, Some(&a.parent))
+        };
+        if let Err(e) = self.append(Some(&a.genid), &body) {
+            return Halt::Run(e);
+        }
+        self.retire(&a.wt);
+        let _ = std::fs::remove_file(a.run_dir.join(super::repair::FORK_MARKER));
+        self.say(format!("gen {}: {status} ({stage}): {reason}", a.genid));
+        Halt::Stopped
+    }
+
+    pub(super) fn parent_view(&self, state: &State, parent: &str) -> Option<wit::ArchiveRow> {
+        state
+            .row(parent)
+            .map(|r| row_view(r, state.eligible(parent), &self.redactor))
+    }
+
+    /// Fork the parent's certified commit into the child's worktree.
+    fn fork(&self, genid: &str, parent: &str, state: &State) -> Result<Attempt> {
+        let parent_commit = state
+            .row(parent)
+            .and_then(|r| r.evaluation.as_ref())
+            .and_then(|e| e.candidate_commit())
+            .and_then(|c| Oid::from_str(c).ok())
+            .ok_or_else(|| RunError::new(format!("parent {parent} has no certified commit")))?;
+        let a = Attempt {
+            genid: genid.to_string(),
+            parent: parent.to_string(),
+            wt: self.ws.paths.worktree(genid),
+            run_dir: self.ws.paths.run_dir(genid),
+            parent_commit,
+            meter: Meter::default(),
+        };
+        if let Some(p) = a.wt.parent() {
+            std::fs::create_dir_all(p)
+                .map_err(|e| RunError::new(format!("cannot create {}: {e}", p.display())))?;
+        }
+        self.check_out(parent_commit, &a.wt).map_err(|e| {
+            RunError::new(format!(
+                "cannot fork gen/{parent} into {}: {e}",
+                a.wt.display()
+            ))
+        })?;
+        super::stages::write_json(
+            &a.run_dir.join(super::repair::FORK_MARKER),
+            &json!({"parent": parent, "commit": parent_commit.to_string()}),
+        );
+        Ok(a)
     }
 
     /// What novelty sees: the child's changed paths and surface diff, and the diffs of

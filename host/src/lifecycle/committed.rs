@@ -5,15 +5,17 @@
 use super::child::{Step, changed_paths, clip};
 use super::evaluate::{EvalError, EvalRequest};
 use super::spend::Meter;
-use super::view::{self, row_json, row_view};
+use super::stages::At;
+use super::view::{self, row_view};
 use super::{Driver, Result, RunError, State, certified_attempts, fmt_score};
+use crate::sandbox::StageOutput;
 use crate::sandbox::types::{self as wit, Stage};
-use crate::sandbox::{StageInput, StageOutput};
 use crate::workspace::layout;
 use evolve_archive::body::{GateBody, PlaybookBody, RecordBody, RepairBody};
 use evolve_archive::{Status, StatusBody};
 use evolve_snapshot::Oid;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
+use std::path::Path;
 
 impl Driver {
     /// A committed child's change against its parent's certified commit, as novelty
@@ -139,6 +141,24 @@ impl Driver {
         Ok(())
     }
 
+    /// Where a stage of the committed child runs: on `checkout`, with its run directory
+    /// under the generation's, granted no host capability unless the caller adds one.
+    fn on_commit<'a>(
+        &self,
+        genid: &'a str,
+        parent: Option<&'a str>,
+        checkout: &'a Path,
+        stage: &str,
+    ) -> At<'a> {
+        At {
+            genid,
+            parent,
+            checkout,
+            run_dir: self.ws.paths.run_dir(genid).join(stage),
+            capabilities: Default::default(),
+        }
+    }
+
     /// The gate, loaded from the child's own commit. Returns whether it decided.
     async fn gate(&self, genid: &str, parent: Option<&str>, commit: Oid) -> Result<bool> {
         let state = self.state();
@@ -148,29 +168,17 @@ impl Driver {
             .ok_or_else(|| RunError::new(format!("gen {genid} has no archive row")))?;
         let parent_view = parent.and_then(|p| self.parent_view(&state, p));
         let checkout = self.commit_checkout(commit)?;
-        let ctx = self.stages.context(Stage::Gate, genid, parent);
-        let record =
-            json!({"child": row_json(&child), "parent": parent_view.as_ref().map(row_json)});
+        let at = self.on_commit(genid, parent, &checkout, "gate");
+        let (archive, diff) = (
+            self.operator_archive(&state),
+            self.committed_diff(&state, parent, commit),
+        );
         let out = self
             .stages
-            .call(
-                Stage::Gate,
-                &checkout,
-                &self.ws.paths.run_dir(genid).join("gate"),
-                None,
-                Default::default(),
-                StageInput::Gate {
-                    ctx,
-                    child,
-                    parent: parent_view,
-                    archive: self.operator_archive(&state),
-                    diff: self.committed_diff(&state, parent, commit),
-                },
-                record,
-            )
+            .gate(at, child, parent_view, archive, diff)
             .await;
         match out {
-            Ok(StageOutput::Gate(d)) => {
+            Ok(d) => {
                 let verdict = if d.verdict == wit::Verdict::Keep {
                     "keep"
                 } else {
@@ -186,16 +194,6 @@ impl Driver {
                 self.append(Some(genid), &body)?;
                 self.say(format!("gen {genid}: gate {verdict}: {}", d.reason));
                 Ok(true)
-            }
-            Ok(_) => {
-                let body = StatusBody::new(
-                    Status::OperatorFailed,
-                    Some("gate"),
-                    "gate returned something other than a decision",
-                    parent,
-                );
-                self.append(Some(genid), &body)?;
-                Ok(false)
             }
             Err(_) if self.cancel().is_cancelled() => {
                 Err(self.cancelled(&[genid.to_string()], "gate", parent))
@@ -222,23 +220,9 @@ impl Driver {
         }
         let child = row_view(row, state.eligible(genid), &self.redactor);
         let checkout = self.commit_checkout(commit)?;
-        let ctx = self.stages.context(Stage::Record, genid, parent);
-        let out = self
-            .stages
-            .call(
-                Stage::Record,
-                &checkout,
-                &self.ws.paths.run_dir(genid).join("record"),
-                None,
-                Default::default(),
-                StageInput::Record {
-                    ctx,
-                    child: child.clone(),
-                    diff: self.committed_diff(&state, parent, commit),
-                },
-                json!({"child": row_json(&child)}),
-            )
-            .await;
+        let at = self.on_commit(genid, parent, &checkout, "record");
+        let diff = self.committed_diff(&state, parent, commit);
+        let out = self.stages.record(at, child, diff).await;
         if out.is_err() && self.cancel().is_cancelled() {
             // No record event: record still runs (once) when the run resumes.
             return Err(self.cancelled(&[genid.to_string()], "record", parent));
@@ -249,7 +233,7 @@ impl Driver {
             ..RecordBody::default()
         };
         let body = match out {
-            Ok(StageOutput::Annotations(map)) => {
+            Ok(map) => {
                 let (kept, dropped): (Vec<_>, Vec<_>) = map
                     .into_iter()
                     .partition(|(k, _)| evolve_archive::annotation_allowed(k));
@@ -260,7 +244,6 @@ impl Driver {
                     ..RecordBody::default()
                 }
             }
-            Ok(_) => failed("record returned something other than annotations".into()),
             Err(f) => failed(clip(&self.redactor.redact(&f.message), 2000)),
         };
         self.append(Some(genid), &body)
@@ -303,41 +286,28 @@ impl Driver {
             self.say(format!("gen {genid}: reflect skipped: {why}"));
             return Ok(());
         }
-        let ctx = self.stages.context(Stage::Reflect, genid, parent);
         let root = self.commit_checkout(self.ws.genesis)?;
         let meter = Meter::default();
-        let reflect_dir = self.ws.paths.run_dir(genid).join("reflect");
+        let mut at = self.on_commit(genid, parent, &root, "reflect");
+        at.capabilities = meter.model(self, &at.run_dir);
         let out = self
             .stages
-            .call(
-                Stage::Reflect,
-                &root,
-                &reflect_dir,
-                None,
-                meter.model(self, &reflect_dir),
-                StageInput::Reflect {
-                    ctx,
-                    archive,
-                    playbook,
-                },
-                json!({"playbook_entries": state.playbook.len()}),
-            )
+            .reflect(at, archive, playbook, state.playbook.len())
             .await;
-        if !matches!(out, Ok(StageOutput::Playbook(_))) {
+        if out.is_err() {
             // No playbook event to carry what reflect's model calls cost.
             self.archive_spend(genid, "reflect", &meter)?;
         }
         match out {
-            Ok(out @ StageOutput::Playbook(_)) => {
+            Ok(ops) => {
                 let charge = meter.charged();
                 let body = PlaybookBody {
-                    ops: out.to_json(),
+                    ops: StageOutput::Playbook(ops).to_json(),
                     cost_usd: charge.as_ref().map(|c| c.cost_usd),
                     model_calls: charge.and_then(|c| c.model_calls),
                 };
                 self.append(Some(genid), &body)
             }
-            Ok(_) => Ok(()),
             // Reflect is best effort and not retried: nothing to archive.
             Err(_) if self.cancel().is_cancelled() => Err(super::progress::interrupted(&format!(
                 "reflect of gen {genid} was cancelled (best effort: it is not retried)"

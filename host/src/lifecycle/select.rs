@@ -2,11 +2,11 @@
 //! generation's fresh children, gen/0's when the champion's gives none, and the decision
 //! is archived before any child starts (a resumed run reuses it).
 
-use super::{Driver, Result, RunError, State, child, stages, view};
-use crate::sandbox::{StageInput, StageOutput, types::Stage};
+use super::stages::{self, At};
+use super::{Driver, Result, RunError, State, child, view};
+use crate::sandbox::types::Stage;
 use evolve_archive::{SelectBody, SelectFallback, Status, StatusBody};
 use evolve_snapshot::Oid;
-use serde_json::json;
 
 impl Driver {
     /// One select call for `generation`, or the archived decision of an interrupted run.
@@ -115,27 +115,17 @@ impl Driver {
             state.champion.as_ref(),
             &self.redactor,
         );
-        let record = json!({"operator_from": from, "archive": archive_view.rows.iter().map(view::row_json).collect::<Vec<_>>(), "champion": archive_view.champion});
-        let ctx = self.stages.context(Stage::Select, &genid_text, None);
-        let out = self
-            .stages
-            .call(
-                Stage::Select,
-                checkout,
-                run_dir,
-                None,
-                Default::default(),
-                StageInput::Select {
-                    ctx,
-                    archive: archive_view,
-                },
-                record,
-            )
-            .await;
+        let at = At {
+            genid: &genid_text,
+            parent: None,
+            checkout,
+            run_dir: run_dir.to_path_buf(),
+            capabilities: Default::default(),
+        };
+        let out = self.stages.select(at, archive_view, from).await;
         let no = |reason: String| Ok(Err(NoParents::new(reason)));
         let parents = match out {
-            Ok(StageOutput::Parents(p)) => p,
-            Ok(_) => return no("the operator returned something other than parents".into()),
+            Ok(p) => p,
             Err(_) if self.cancel().is_cancelled() => {
                 return Err(self.cancelled(fresh, "select", None));
             }
