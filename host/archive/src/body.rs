@@ -2,6 +2,12 @@
 //! (`read_line`: the `Envelope` with the body of its type), and the rules of an
 //! evaluation's stamped fields ([`check_stamp`]).
 //!
+//! Each body type has one struct, shared by the host that writes it ([`EventBody`]) and
+//! the fold that reads it. Fields only the host writes (what a reader shows, never what
+//! the fold decides by) are `skip_deserializing`: the reader passes over them as it
+//! always did, so they are neither parsed nor able to make a line malformed, and they
+//! read back as `None`.
+//!
 //! Bodies are read leniently: a field of another JSON type than the one the archive reads
 //! is read as absent, so that the fold ignores it and the checks report it; it never makes
 //! the line malformed. Only JSON that does not parse, a key given twice in the envelope or in
@@ -17,7 +23,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use crate::event::{
-    Envelope, Head, List, OUTCOMES, Obj, PURPOSES, STAMPED_FIELDS, Scalar, VectorSummary,
+    Envelope, Head, List, OUTCOMES, Obj, PURPOSES, STAMPED_FIELDS, Scalar, Status, VectorSummary,
     check_genid, genid_generation, json_error, present, scalars_are, scores_agree, types,
 };
 
@@ -127,12 +133,57 @@ pub struct GenerationBody {
     pub parent: Option<String>,
     #[serde(default, deserialize_with = "opt_str")]
     pub commit: Option<String>,
+    /// The committed tree (written by the host; not read back).
+    #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub tree: Option<String>,
+    /// What the commit changed against the parent's, path by path (not read back).
+    #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<Vec<PathChange>>,
+    /// The paths mutate claimed to change: a claim only (not read back).
+    #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub claimed: Option<Vec<String>>,
+    /// Mutate's notes, redacted and clipped (not read back).
+    #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub notes: Option<Vec<String>>,
+    /// The usage mutate reported for itself: a claim only (not read back).
+    #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub usage_claimed: Option<UsageClaim>,
     #[serde(
         default,
         deserialize_with = "opt_cost",
         skip_serializing_if = "Option::is_none"
     )]
     pub cost_usd: Option<f64>,
+    /// The model calls `cost_usd` includes (not read back here).
+    #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub model_calls: Option<Vec<String>>,
+    /// The identity of each operator the attempt ran (not read back).
+    #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub operators: Option<Value>,
+}
+
+/// How a commit changed one path.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PathChange {
+    pub path: String,
+    pub change: ChangeKind,
+}
+
+/// `added`, `modified` or `deleted`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChangeKind {
+    Added,
+    Modified,
+    Deleted,
+}
+
+/// The usage an operator reported for itself.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UsageClaim {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub usd: f64,
 }
 
 /// The gate's decision: `{"verdict": "keep"|"discard", "reason": str}`.
@@ -146,6 +197,9 @@ pub struct GateBody {
         skip_serializing_if = "Option::is_none"
     )]
     pub reason: Option<String>,
+    /// The identity of the gate operator that decided (not read back).
+    #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<Value>,
     #[serde(
         default,
         deserialize_with = "opt_cost",
@@ -166,6 +220,7 @@ impl GateBody {
 /// A terminal status: `{"status", "failure_stage"?, "reason"?, "parent"?}`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StatusBody {
+    /// As written: the audit names a status that is not terminal.
     #[serde(default, deserialize_with = "opt_str")]
     pub status: Option<String>,
     #[serde(
@@ -187,20 +242,40 @@ pub struct StatusBody {
         skip_serializing_if = "Option::is_none"
     )]
     pub parent: Option<String>,
+    /// The tree a candidate rejected after its snapshot proposed, kept on
+    /// `refs/evolve/proposed/<genid>` (not read back).
+    #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub proposed_tree: Option<String>,
     #[serde(
         default,
         deserialize_with = "opt_cost",
         skip_serializing_if = "Option::is_none"
     )]
     pub cost_usd: Option<f64>,
+    /// The model calls `cost_usd` includes (not read back here).
+    #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub model_calls: Option<Vec<String>>,
+    /// The identity of each operator the attempt ran up to its stop (not read back).
+    #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub operators: Option<Value>,
 }
 
 impl StatusBody {
+    /// A status event's body: `status`, `failure_stage` when a stage ended the attempt,
+    /// the `reason`, and the `parent` of an attempt that stopped before its commit.
+    pub fn new(status: Status, stage: Option<&str>, reason: &str, parent: Option<&str>) -> Self {
+        StatusBody {
+            status: Some(status.as_str().to_string()),
+            failure_stage: stage.map(str::to_string),
+            reason: Some(reason.to_string()),
+            parent: parent.map(str::to_string),
+            ..StatusBody::default()
+        }
+    }
+
     /// The status if it is one of [`TERMINAL_STATUSES`](crate::TERMINAL_STATUSES).
-    pub fn terminal_status(&self) -> Option<&str> {
-        self.status
-            .as_deref()
-            .filter(|s| crate::event::TERMINAL_STATUSES.contains(s))
+    pub fn terminal_status(&self) -> Option<Status> {
+        self.status.as_deref().and_then(Status::parse)
     }
 }
 
@@ -209,6 +284,12 @@ impl StatusBody {
 pub struct RecordBody {
     #[serde(default, deserialize_with = "opt_object")]
     pub annotations: Option<Map<String, Value>>,
+    /// Annotation keys the allowlist refused (not read back: the fold refuses them again).
+    #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub dropped: Option<Vec<String>>,
+    /// Why record produced no annotations (not read back here).
+    #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     #[serde(
         default,
         deserialize_with = "opt_cost",
@@ -226,6 +307,176 @@ pub struct OtherBody {
         skip_serializing_if = "Option::is_none"
     )]
     pub cost_usd: Option<f64>,
+}
+
+/// An event body the host writes: the event type it is the body of, and the JSON object
+/// it is written as.
+pub trait EventBody: Serialize {
+    const TYPE: &'static str;
+
+    /// The body as the archive's `append` takes it (a struct is always an object).
+    fn to_map(&self) -> Map<String, Value> {
+        match serde_json::to_value(self) {
+            Ok(Value::Object(m)) => m,
+            _ => Map::new(),
+        }
+    }
+}
+
+impl EventBody for GenesisBody {
+    const TYPE: &'static str = types::GENESIS;
+}
+impl EventBody for GenerationBody {
+    const TYPE: &'static str = types::GENERATION;
+}
+impl EventBody for GateBody {
+    const TYPE: &'static str = types::GATE;
+}
+impl EventBody for StatusBody {
+    const TYPE: &'static str = types::STATUS;
+}
+impl EventBody for RecordBody {
+    const TYPE: &'static str = types::RECORD;
+}
+
+/// A `repair` note: what the host did or charged outside the transaction's own events
+/// (the fold reads only its `cost_usd`, as [`OtherBody`]). Each kind of note sets the
+/// fields it has; the others are left out.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RepairBody {
+    pub what: String,
+    /// Receipts re-signed when the archive was opened.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resigned_seqs: Option<Vec<u64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub torn_archive_tail: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub torn_receipts_tail: Option<bool>,
+    /// A stale child worktree (`runs/worktrees/…`) and where an edited one was moved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moved_to: Option<String>,
+    /// The evaluation attempt that reused `trials` of interrupted ones.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trials: Option<Vec<ReusedTrial>>,
+    /// The stage whose spend the note charges.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stage: Option<String>,
+    /// Model calls of a killed run: how many were answered, how many in flight, and the
+    /// logs they were written to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answered: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub in_flight: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logs: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_calls: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+}
+
+impl EventBody for RepairBody {
+    const TYPE: &'static str = types::REPAIR;
+}
+
+/// A trial an evaluation attempt took over from an interrupted one.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReusedTrial {
+    pub task: String,
+    pub repetition: u32,
+    pub from_attempt: u64,
+}
+
+/// One generation's select decision, archived before its children start.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SelectBody {
+    pub generation: u32,
+    pub parents: Vec<String>,
+    /// `gen/<id>`: the commit whose select chose.
+    pub operator_from: String,
+    /// Why the champion's select did not choose, when gen/0's did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<SelectFallback>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operator: Option<Value>,
+    /// The recipe the generation runs under.
+    pub recipe_sha256: String,
+}
+
+impl EventBody for SelectBody {
+    const TYPE: &'static str = types::SELECT;
+}
+
+/// The select that gave no parents, and why.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SelectFallback {
+    pub from: String,
+    pub reason: String,
+}
+
+/// Reflect's playbook operations, and what its model calls cost.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PlaybookBody {
+    pub ops: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_calls: Option<Vec<String>>,
+}
+
+impl EventBody for PlaybookBody {
+    const TYPE: &'static str = types::PLAYBOOK;
+}
+
+/// An agent driver's call after a generation, whatever came of it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct DriverRevisionBody {
+    pub after_generation: u32,
+    pub driver: Value,
+    pub previous_recipe_sha256: String,
+    pub cost_usd: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_calls: Option<Vec<String>>,
+    /// `accepted`, `refused`, `kept` or `failed`.
+    pub outcome: String,
+    pub accepted: bool,
+    /// The host's reasons for a refusal, or why the call failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The reason the driver gave.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub driver_reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changed: Option<Vec<String>>,
+    /// The recipe in force after the call.
+    pub recipe_sha256: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recipe: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rebound: Option<Value>,
+}
+
+impl EventBody for DriverRevisionBody {
+    const TYPE: &'static str = types::DRIVER_REVISION;
+}
+
+/// A driver session's sealed acceptance: gen/0 and the final champion on the sealed split.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct AcceptanceBody {
+    pub split: String,
+    pub baseline: Value,
+    pub champion: Value,
+    /// The champion's score minus the baseline's, or `null`.
+    pub delta: Value,
+    pub recipe_sha256: String,
+}
+
+impl EventBody for AcceptanceBody {
+    const TYPE: &'static str = types::ACCEPTANCE;
 }
 
 /// One trial of a task vector (`None`: the key is absent).
@@ -859,11 +1110,68 @@ mod tests {
         let gate = GateBody {
             verdict: Some("keep".into()),
             reason: Some("better".into()),
-            cost_usd: None,
+            ..GateBody::default()
         };
         let v = serde_json::to_value(&gate).unwrap();
         assert_eq!(v, json!({"verdict": "keep", "reason": "better"}));
         let back = Body::of_map(types::GATE, Some("1"), v.as_object().unwrap());
         assert_eq!(back, Body::Gate(gate));
+    }
+
+    #[test]
+    fn a_status_reads_as_its_enum_and_another_name_as_none() {
+        let bytes = line(json!({"status": "rejected_validation"}), "status");
+        let Body::Status(s) = read_line(&bytes).unwrap().body else {
+            panic!("a status body reads as one");
+        };
+        assert_eq!(s.terminal_status(), Some(Status::RejectedValidation));
+        assert_eq!(
+            serde_json::to_value(&s).unwrap()["status"],
+            json!("rejected_validation")
+        );
+        // Not a terminal status: none, as when statuses were strings filtered by the list,
+        // and kept as written for the audit to name.
+        let bytes = line(json!({"status": "rejected"}), "status");
+        let Body::Status(s) = read_line(&bytes).unwrap().body else {
+            panic!("a status body reads as one");
+        };
+        assert_eq!(s.terminal_status(), None);
+        assert_eq!(s.status.as_deref(), Some("rejected"));
+    }
+
+    #[test]
+    fn what_only_the_host_writes_is_written_and_passed_over_when_read() {
+        let status = StatusBody {
+            proposed_tree: Some("ab".repeat(20)),
+            cost_usd: Some(0.25),
+            model_calls: Some(vec!["c1".into()]),
+            ..StatusBody::new(
+                Status::RejectedValidation,
+                Some("validate"),
+                "no",
+                Some("3"),
+            )
+        };
+        let map = status.to_map();
+        assert_eq!(
+            Value::Object(map.clone()),
+            json!({"status": "rejected_validation", "failure_stage": "validate", "reason": "no",
+                "parent": "3", "proposed_tree": "ab".repeat(20), "cost_usd": 0.25,
+                "model_calls": ["c1"]})
+        );
+        let Body::Status(back) = Body::of_map(types::STATUS, Some("4"), &map) else {
+            panic!("a status body reads as one");
+        };
+        assert_eq!(back.terminal_status(), Some(Status::RejectedValidation));
+        assert_eq!((back.proposed_tree, back.model_calls), (None, None));
+        assert_eq!(back.cost_usd, Some(0.25));
+    }
+
+    #[test]
+    fn a_key_only_the_host_writes_may_repeat_as_before() {
+        // The reader passes over writer-only fields, so their duplicates stay as harmless
+        // as any unknown key's (verify's canonical-form check reports them).
+        let bytes = br#"{"at":"2026-01-31T12:00:00Z","body":{"tree":"a","tree":"b","verdict":"keep"},"genid":"1","prev":"0000000000000000000000000000000000000000000000000000000000000000","seq":1,"type":"generation"}"#;
+        assert!(read_line(bytes).is_ok());
     }
 }

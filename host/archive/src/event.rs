@@ -99,19 +99,73 @@ pub const OUTCOMES: [&str; 5] = [
 /// Evaluation purposes. `anchor` evaluations (sealed split) are never selectable.
 pub const PURPOSES: [&str; 3] = ["candidate", "genesis", "anchor"];
 
+/// The terminal status of an attempt: what a `status` event sets, or an evaluation's
+/// outcome. It is written to the archive as its name ([`Status::as_str`]), the one
+/// spelling of each status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Status {
+    NoProposal,
+    InvalidProposal,
+    RejectedValidation,
+    RejectedDuplicate,
+    OperatorFailed,
+    BenchmarkComplete,
+    CandidateInvalid,
+    InfrastructureFailed,
+    Timeout,
+    Cancelled,
+    BudgetExhausted,
+}
+
+impl Status {
+    /// The name the archive holds.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Status::NoProposal => "no_proposal",
+            Status::InvalidProposal => "invalid_proposal",
+            Status::RejectedValidation => "rejected_validation",
+            Status::RejectedDuplicate => "rejected_duplicate",
+            Status::OperatorFailed => "operator_failed",
+            Status::BenchmarkComplete => "benchmark_complete",
+            Status::CandidateInvalid => "candidate_invalid",
+            Status::InfrastructureFailed => "infrastructure_failed",
+            Status::Timeout => "timeout",
+            Status::Cancelled => "cancelled",
+            Status::BudgetExhausted => "budget_exhausted",
+        }
+    }
+
+    /// The status a name spells, if it spells one.
+    pub fn parse(name: &str) -> Option<Status> {
+        TERMINAL_STATUSES.into_iter().find(|s| s.as_str() == name)
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl serde::Serialize for Status {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 /// Statuses a `status` event may set (terminal attempt statuses).
-pub const TERMINAL_STATUSES: [&str; 11] = [
-    "no_proposal",
-    "invalid_proposal",
-    "rejected_validation",
-    "rejected_duplicate",
-    "operator_failed",
-    "benchmark_complete",
-    "candidate_invalid",
-    "infrastructure_failed",
-    "timeout",
-    "cancelled",
-    "budget_exhausted",
+pub const TERMINAL_STATUSES: [Status; 11] = [
+    Status::NoProposal,
+    Status::InvalidProposal,
+    Status::RejectedValidation,
+    Status::RejectedDuplicate,
+    Status::OperatorFailed,
+    Status::BenchmarkComplete,
+    Status::CandidateInvalid,
+    Status::InfrastructureFailed,
+    Status::Timeout,
+    Status::Cancelled,
+    Status::BudgetExhausted,
 ];
 
 /// Well-known event types. Other `[a-z_]` types may be appended; folding ignores them except
@@ -131,6 +185,14 @@ pub mod types {
     pub const STATUS: &str = "status";
     /// A recorded repair (e.g. trials reused from an interrupted attempt).
     pub const REPAIR: &str = "repair";
+    /// A generation's select decision: `{"generation", "parents", ...}`.
+    pub const SELECT: &str = "select";
+    /// Reflect's playbook operations: `{"ops": [...]}`.
+    pub const PLAYBOOK: &str = "playbook";
+    /// An agent driver's call between generations (docs/driver.md).
+    pub const DRIVER_REVISION: &str = "driver_revision";
+    /// A driver session's sealed acceptance.
+    pub const ACCEPTANCE: &str = "acceptance";
 }
 
 /// The genid of generation zero.

@@ -37,7 +37,9 @@ mod readers_tests;
 pub mod verify;
 
 pub use body::{
-    GateBody, GenerationBody, GenesisBody, OtherBody, RecordBody, StatusBody, check_stamp,
+    AcceptanceBody, ChangeKind, DriverRevisionBody, EventBody, GateBody, GenerationBody,
+    GenesisBody, OtherBody, PathChange, PlaybookBody, RecordBody, RepairBody, ReusedTrial,
+    SelectBody, SelectFallback, StatusBody, UsageClaim, check_stamp,
 };
 pub use canonical::{canonical_bytes, canonical_sha256, sha256_hex};
 pub use eligibility::{
@@ -46,7 +48,7 @@ pub use eligibility::{
 };
 pub use event::{
     Event, FRAMEWORK_FIELDS, GENESIS_GENID, LoggedEvent, OUTCOMES, PURPOSES, STAMPED_FIELDS,
-    TERMINAL_STATUSES, genesis_anchor, types,
+    Status, TERMINAL_STATUSES, genesis_anchor, types,
 };
 pub use fold::{
     ANNOTATION_ALLOWLIST, Evaluation, Pending, Row, Stamp, annotation_allowed, fold, pending,

@@ -16,7 +16,8 @@ use crate::canonical::hex;
 use crate::chain::{Finding, FindingKind, Mode, Receipt, TornTail, check_log, par_map};
 use crate::eligibility::{FixedIdentity, identity_of_row0};
 use crate::event::{
-    Event, LoggedEvent, TERMINAL_STATUSES, check_event_type, check_genid, check_timestamp, types,
+    Event, LoggedEvent, Status, TERMINAL_STATUSES, check_event_type, check_genid, check_timestamp,
+    types,
 };
 use crate::fold::{Folded, Pending, Replayed, Row, StampSource, pending, replay};
 use crate::keys::{ExperimentKey, PublicKey};
@@ -425,7 +426,8 @@ impl Archive {
                 need_genid()?;
                 if s.terminal_status().is_none() {
                     return Err(inv(format!(
-                        "a status event needs a status among {TERMINAL_STATUSES:?}"
+                        "a status event needs a status among {:?}",
+                        TERMINAL_STATUSES.map(Status::as_str)
                     )));
                 }
             }

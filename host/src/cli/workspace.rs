@@ -361,13 +361,13 @@ fn run(a: RunArgs) -> CliResult {
                 s(acc["champion"]["score"].as_f64())
             );
         }
-        if summary.status == "budget_exhausted" {
+        if summary.status == lifecycle::RunStatus::BudgetExhausted {
             println!(
                 "  the budget is spent: the run stopped before a generation it could not pay for"
             );
         }
     }
-    Ok(if summary.status == "complete" {
+    Ok(if summary.status == lifecycle::RunStatus::Complete {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

@@ -38,7 +38,7 @@ use crate::sandbox::{
 };
 use crate::workspace::Workspace;
 use evaluator_harbor::split::SplitName;
-use evolve_archive::{Archive, Row};
+use evolve_archive::{AcceptanceBody, Archive, DriverRevisionBody, EventBody, Row};
 use evolve_snapshot::Oid;
 use feedback::Marks;
 use revision::{Accepted, Checker, Rebinding};
@@ -48,9 +48,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 /// The archive event of one driver call (accepted, refused, kept or failed).
-pub const DRIVER_EVENT: &str = "driver_revision";
+pub const DRIVER_EVENT: &str = DriverRevisionBody::TYPE;
 /// The archive event of the sealed acceptance at the end of a `--driver` session.
-pub const ACCEPTANCE_EVENT: &str = "acceptance";
+pub const ACCEPTANCE_EVENT: &str = AcceptanceBody::TYPE;
 
 /// Longest proposal text kept verbatim in the archive (longer ones keep a digest).
 const MAX_ARCHIVED_PROPOSAL: usize = 64 << 10;
@@ -611,21 +611,24 @@ impl Driver {
         spent: Bill,
     ) -> Result<()> {
         let previous = history.active().sha256.clone();
-        let mut body = Map::new();
-        body.insert("after_generation".into(), json!(after));
-        body.insert("driver".into(), agent.identity());
-        body.insert("previous_recipe_sha256".into(), json!(previous));
-        body.insert("cost_usd".into(), json!(spent.usd));
-        spent.list_calls(&mut body);
+        let mut body = DriverRevisionBody {
+            after_generation: after,
+            driver: agent.identity(),
+            previous_recipe_sha256: previous.clone(),
+            cost_usd: spent.usd,
+            model_calls: spent.listed_calls(),
+            recipe_sha256: previous.clone(),
+            ..DriverRevisionBody::default()
+        };
         let line = match &outcome {
             Outcome::Accepted(a, why) => {
-                body.insert("outcome".into(), json!("accepted"));
-                body.insert("accepted".into(), json!(true));
-                body.insert("driver_reason".into(), json!(clip(why)));
-                body.insert("changed".into(), json!(a.changed));
-                body.insert("recipe_sha256".into(), json!(a.sha256));
-                body.insert("recipe".into(), a.recipe.clone());
-                body.insert("rebound".into(), rebound_json(&a.rebound));
+                body.outcome = "accepted".into();
+                body.accepted = true;
+                body.driver_reason = Some(clip(why));
+                body.changed = Some(a.changed.clone());
+                body.recipe_sha256 = a.sha256.clone();
+                body.recipe = Some(a.recipe.clone());
+                body.rebound = Some(rebound_json(&a.rebound));
                 format!(
                     "accepted ({} changed): recipe {}",
                     a.changed.join(", "),
@@ -633,28 +636,22 @@ impl Driver {
                 )
             }
             Outcome::Refused(reasons, why) => {
-                body.insert("outcome".into(), json!("refused"));
-                body.insert("accepted".into(), json!(false));
-                body.insert("reason".into(), json!(reasons.join("; ")));
-                body.insert("driver_reason".into(), json!(clip(why)));
-                body.insert("recipe_sha256".into(), json!(previous));
+                body.outcome = "refused".into();
+                body.reason = Some(reasons.join("; "));
+                body.driver_reason = Some(clip(why));
                 format!("refused: {}", reasons.join("; "))
             }
             Outcome::Kept => {
-                body.insert("outcome".into(), json!("kept"));
-                body.insert("accepted".into(), json!(false));
-                body.insert("recipe_sha256".into(), json!(previous));
+                body.outcome = "kept".into();
                 "kept the active recipe".to_string()
             }
             Outcome::Failed(why) => {
-                body.insert("outcome".into(), json!("failed"));
-                body.insert("accepted".into(), json!(false));
-                body.insert("reason".into(), json!(clip(&self.redactor.redact(why))));
-                body.insert("recipe_sha256".into(), json!(previous));
+                body.outcome = "failed".into();
+                body.reason = Some(clip(&self.redactor.redact(why)));
                 format!("failed (the recipe stays): {why}")
             }
         };
-        self.append(DRIVER_EVENT, None, body)?;
+        self.append(None, &body)?;
         self.say(format!("driver after gen {after}: {line}"));
         if let Outcome::Accepted(a, _) = outcome {
             let entry = Entry {
@@ -700,13 +697,14 @@ impl Driver {
             (Some(x), Some(y)) => json!(y - x),
             _ => Value::Null,
         };
-        let mut body = Map::new();
-        body.insert("split".into(), json!("sealed"));
-        body.insert("baseline".into(), b.clone());
-        body.insert("champion".into(), c.clone());
-        body.insert("delta".into(), delta);
-        body.insert("recipe_sha256".into(), json!(recipe));
-        self.append(ACCEPTANCE_EVENT, None, body)?;
+        let body = AcceptanceBody {
+            split: "sealed".into(),
+            baseline: b.clone(),
+            champion: c.clone(),
+            delta,
+            recipe_sha256: recipe,
+        };
+        self.append(None, &body)?;
         self.say(format!(
             "sealed acceptance: gen 0 {} -> gen {champion} {}",
             fmt_score(b["score"].as_f64()),
@@ -741,7 +739,7 @@ impl Driver {
         let row = state
             .row(genid)
             .ok_or_else(|| RunError::new(format!("gen {genid} is not in the archive")))?;
-        if !super::has_complete_anchor(row) {
+        if !super::anchors::has_complete_anchor(row) {
             let commit = certified_commit(row, genid, self.ws.genesis)?;
             self.say(format!("gen {genid}: sealed acceptance evaluation"));
             let ev = self
@@ -751,7 +749,7 @@ impl Driver {
                     commit,
                     purpose: "anchor",
                     split: SplitName::Sealed,
-                    certified_attempts: super::anchor_attempts(row),
+                    certified_attempts: super::anchors::anchor_attempts(row),
                 })
                 .await?;
             self.append_evaluation(genid, &ev)?;

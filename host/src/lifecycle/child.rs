@@ -1,22 +1,23 @@
-//! One candidate transaction: fork the parent's certified commit → rollout → analyze* →
-//! mutate → surface check on the actual tree diff → validate* → novelty* → commit and tag
-//! `gen/<id>` → framework evaluation → gate → record → reflect*. Every early stop is a
-//! typed, archived attempt.
+//! One candidate transaction up to its commit: fork the parent's certified commit →
+//! rollout → analyze* → mutate → surface check on the actual tree diff → validate* →
+//! novelty* → commit and tag `gen/<id>`; `committed.rs` takes the commit on (evaluation,
+//! gate, record, reflect*). Every early stop is a typed, archived attempt. Also what a
+//! genid still needs ([`next_step`]), read from the archive.
 
-use super::evaluate::{EvalError, EvalRequest};
-use super::train::TrainTasks;
+use super::spend::Meter;
+use super::stages::{At, StageFailure};
 use super::view::{self, row_json, row_view};
-use super::{Driver, Result, RunError, State, certified_attempts, fmt_score, status_body};
+use super::{Driver, Result, RunError, State, fmt_score};
 use crate::layout;
-use crate::model::MeteredModel;
 use crate::safe_tree::{self, TreeLimits};
+use crate::sandbox::Capabilities;
 use crate::sandbox::types::{self as wit, Stage};
-use crate::sandbox::{Capabilities, NoModel, StageInput, StageOutput};
-use evolve_archive::types;
-use evolve_snapshot::{Change, ChangeKind, Limits as SnapshotLimits, Oid};
-use serde_json::{Map, Value, json};
+use evolve_archive::body::{self, GenerationBody};
+use evolve_archive::{Status, StatusBody};
+use evolve_snapshot::{Change, ChangeKind, Limits as SnapshotLimits, Oid, Snapshot};
+use serde_json::{Value, json};
+use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// What a genid still needs.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,13 +58,13 @@ impl std::fmt::Display for Step {
 }
 
 /// Statuses that end an attempt before or without an evaluation.
-const EARLY_STOPS: [&str; 6] = [
-    "no_proposal",
-    "invalid_proposal",
-    "rejected_validation",
-    "rejected_duplicate",
-    "operator_failed",
-    "budget_exhausted",
+const EARLY_STOPS: [Status; 6] = [
+    Status::NoProposal,
+    Status::InvalidProposal,
+    Status::RejectedValidation,
+    Status::RejectedDuplicate,
+    Status::OperatorFailed,
+    Status::BudgetExhausted,
 ];
 
 /// Decide from the archive what `genid` still needs.
@@ -74,6 +75,7 @@ pub fn next_step(state: &State, genid: &str) -> Next {
     if row
         .status
         .as_deref()
+        .and_then(Status::parse)
         .is_some_and(|s| EARLY_STOPS.contains(&s))
     {
         return Next::Done;
@@ -98,17 +100,20 @@ pub fn next_step(state: &State, genid: &str) -> Next {
     }
 }
 
-fn changed_paths(changes: &[Change]) -> Vec<String> {
+pub(super) fn changed_paths(changes: &[Change]) -> Vec<String> {
     changes.iter().map(|c| c.path.clone()).collect()
 }
 
-fn change_json(c: &Change) -> Value {
-    let kind = match c.kind {
-        ChangeKind::Added => "added",
-        ChangeKind::Modified => "modified",
-        ChangeKind::Deleted => "deleted",
+fn path_change(c: &Change) -> body::PathChange {
+    let change = match c.kind {
+        ChangeKind::Added => body::ChangeKind::Added,
+        ChangeKind::Modified => body::ChangeKind::Modified,
+        ChangeKind::Deleted => body::ChangeKind::Deleted,
     };
-    json!({"path": c.path, "change": kind})
+    body::PathChange {
+        path: c.path.clone(),
+        change,
+    }
 }
 
 /// Keep a text short enough for an archive line.
@@ -127,108 +132,301 @@ pub(crate) fn clip(s: &str, max: usize) -> String {
 pub(crate) struct Attempt {
     genid: String,
     parent: String,
+    /// The parent's certified commit, which the fork checked out.
+    parent_commit: Oid,
     wt: PathBuf,
     run_dir: PathBuf,
     meter: Meter,
 }
 
-/// What one child's stage calls spent through host capabilities (train trials the
-/// agent reported, model calls metered by the host), charged to the generation.
-#[derive(Default)]
-pub(crate) struct Meter {
-    tasks: std::sync::Mutex<Vec<Arc<TrainTasks>>>,
-    models: std::sync::Mutex<Vec<Arc<MeteredModel>>>,
+/// How a transaction ends short of its commit.
+enum Halt {
+    /// The attempt stopped early and its `status` event is archived: the run goes on.
+    Stopped,
+    /// The run stops: the user interrupted it, or the host failed.
+    Run(RunError),
 }
 
-impl Meter {
-    /// Capabilities with the model (metered against what is left of the budget) and
-    /// train trials of the candidate in `checkout`.
-    fn tasks(&self, d: &Driver, checkout: &Path, stage_dir: &Path) -> Capabilities {
-        let t = Arc::new(TrainTasks::new(
-            &d.ws,
-            d.engine.clone(),
-            checkout,
-            stage_dir.join("train"),
-        ));
-        self.tasks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(t.clone());
-        Capabilities {
-            model: self.model_backend(d, stage_dir),
-            tasks: t,
-        }
-    }
-
-    /// Capabilities of a stage that imports only `model`.
-    fn model(&self, d: &Driver, stage_dir: &Path) -> Capabilities {
-        Capabilities {
-            model: self.model_backend(d, stage_dir),
-            tasks: Arc::new(crate::sandbox::NoTasks),
-        }
-    }
-
-    fn model_backend(&self, d: &Driver, stage_dir: &Path) -> Arc<dyn crate::sandbox::ModelBackend> {
-        let Some(client) = &d.model else {
-            return Arc::new(NoModel);
-        };
-        let left = d.ws.recipe.experiment.budget_usd - d.spent() - self.spent();
-        let scope = Arc::new(client.scope(left.max(0.0), stage_dir.join("model")));
-        self.models
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(scope.clone());
-        scope
-    }
-
-    /// What the stages' train trials spent.
-    fn tasks_spent(&self) -> f64 {
-        self.tasks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .map(|t| t.spent_usd())
-            .sum()
-    }
-
-    pub(crate) fn spent(&self) -> f64 {
-        let tasks = self.tasks_spent();
-        let models: f64 = self
-            .models
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .map(|m| m.spent_usd())
-            .sum();
-        tasks + models
-    }
-
-    /// Charge what the stages spent to an archive event: `cost_usd`, and the ledger
-    /// ids of the model calls it includes (`model::ledger`: a call the archive lists is
-    /// never charged again; one it does not list is charged when the next run opens).
-    pub(crate) fn charge(&self, body: &mut Map<String, Value>) {
-        let mut bill = crate::model::Bill::default();
-        for m in self.models.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            bill.add(m.bill());
-        }
-        body.insert("cost_usd".into(), json!(self.tasks_spent() + bill.usd));
-        bill.list_calls(body);
-    }
-
-    /// [`Meter::charge`]'s keys, unless the stages spent nothing and made no priced call.
-    fn charged(&self) -> Option<Map<String, Value>> {
-        let mut body = Map::new();
-        self.charge(&mut body);
-        let spent = body.get("cost_usd").and_then(Value::as_f64).unwrap_or(0.0);
-        (spent > 0.0 || body.contains_key(crate::model::ledger::MODEL_CALLS_KEY)).then_some(body)
+impl From<RunError> for Halt {
+    fn from(e: RunError) -> Halt {
+        Halt::Run(e)
     }
 }
+
+/// What a step of the transaction gives the next one, unless the transaction halts.
+type Flow<T> = std::result::Result<T, Halt>;
 
 impl Driver {
-    /// Archive an early stop and discard the child's worktree.
+    /// Run a fresh child of `parent` as `genid`: fork, the transaction up to its commit,
+    /// then the committed child's evaluation, gate, record and reflect (`committed.rs`).
+    pub(crate) async fn run_child(&self, genid: &str, parent: String) -> Result<()> {
+        let state = self.state();
+        let parent_view = self
+            .parent_view(&state, &parent)
+            .ok_or_else(|| RunError::new(format!("parent {parent} has no archive row")))?;
+        let a = self.fork(genid, &parent, &state)?;
+        self.say(format!(
+            "gen {genid}: forked gen/{parent} (score {})",
+            fmt_score(parent_view.score)
+        ));
+        match self.transaction(&a, &state, &parent_view).await {
+            Ok(commit) => self.finish(genid, Some(parent), commit).await,
+            Err(Halt::Stopped) => Ok(()),
+            Err(Halt::Run(e)) => Err(e),
+        }
+    }
+
+    /// The transaction on the fork, up to the commit of the reviewed tree
+    /// (docs/lifecycle.md, "One candidate transaction", steps 3 to 6).
+    async fn transaction(&self, a: &Attempt, state: &State, parent: &wit::ArchiveRow) -> Flow<Oid> {
+        // Rollout, analyze and mutate run the parent's operators on the fork.
+        let rollout = self
+            .on_fork(a, Stage::Rollout, |at| {
+                self.stages.rollout(at, parent.clone())
+            })
+            .await?;
+        let analysis = if self.stages.enabled(Stage::Analyze) {
+            let call = |at| self.stages.analyze(at, &rollout);
+            Some(self.on_fork(a, Stage::Analyze, call).await?)
+        } else {
+            None
+        };
+        // Mutate edits the fork, with a train-only feedback bundle.
+        let feedback = self.feedback_bundle(&a.run_dir, parent, &rollout, analysis.as_ref())?;
+        let observation = self.observation(state, &rollout, analysis);
+        let proposal = self
+            .on_fork(a, Stage::Mutate, |at| {
+                self.stages.mutate(at, &feedback, observation)
+            })
+            .await?;
+
+        let snap = self.review(a).await?;
+        let changed = changed_paths(&snap.changes);
+
+        // Validate and novelty run the parent's operators on the mutated tree.
+        if self.stages.enabled(Stage::Validate) {
+            let call = |at| self.stages.validate(at, &changed, &rollout);
+            let v = self.on_fork(a, Stage::Validate, call).await?;
+            if !v.accept {
+                let why = format!("candidate validation rejected: {}", v.reason);
+                let stop = (Status::RejectedValidation, "validate", why.as_str());
+                return Err(self.stop_proposed(a, stop, snap.tree));
+            }
+        }
+        if self.stages.enabled(Stage::Novelty) {
+            let diff = self.candidate_diff(state, a.parent_commit, snap.tree, &changed)?;
+            let n = self
+                .on_fork(a, Stage::Novelty, |at| self.stages.novelty(at, diff))
+                .await?;
+            if !n.accept {
+                let why = format!(
+                    "novelty {:.3}: a near-duplicate of an accepted edit, or no edit",
+                    n.novelty
+                );
+                let stop = (Status::RejectedDuplicate, "novelty", why.as_str());
+                return Err(self.stop_proposed(a, stop, snap.tree));
+            }
+        }
+        self.commit(a, &snap, &proposal, changed.len())
+    }
+
+    /// Call `stage` on the child's fork, with the capabilities its world grants metered
+    /// by the attempt. Whatever makes the call fail (the operator, loading it, a result
+    /// of another stage's kind) ends the attempt here as `operator_failed`; a call the
+    /// user stopped ends it as `cancelled`, and the run stops.
+    async fn on_fork<'a, T, F, Fut>(&self, a: &'a Attempt, stage: Stage, call: F) -> Flow<T>
+    where
+        F: FnOnce(At<'a>) -> Fut,
+        Fut: Future<Output = std::result::Result<T, StageFailure>>,
+    {
+        let name = crate::sandbox::stage_name(stage);
+        let dir = a.run_dir.join(name);
+        let capabilities = match stage {
+            Stage::Analyze => a.meter.model(self, &dir),
+            Stage::Rollout | Stage::Mutate | Stage::Validate => a.meter.tasks(self, &a.wt, &dir),
+            _ => Capabilities::default(),
+        };
+        let at = At {
+            genid: &a.genid,
+            parent: Some(&a.parent),
+            checkout: &a.wt,
+            run_dir: dir,
+            capabilities,
+        };
+        match call(at).await {
+            Ok(out) => Ok(out),
+            Err(_) if self.cancel().is_cancelled() => {
+                let what = format!("{name} of gen {} ended `cancelled`", a.genid);
+                Err(self.interrupt(a, name, &what))
+            }
+            Err(f) => Err(self.stop(a, Status::OperatorFailed, name, &f.message)),
+        }
+    }
+
+    /// What mutate observes: this generation's train evidence, the surface it may
+    /// change, and the archive as operators see it.
+    fn observation(
+        &self,
+        state: &State,
+        rollout: &wit::Evidence,
+        analysis: Option<wit::Evidence>,
+    ) -> wit::Observation {
+        let surface = &self.ws.recipe.surface;
+        wit::Observation {
+            rollout: Some(rollout.clone()),
+            analysis,
+            feedback_dir: Some("/feedback".into()),
+            surface: wit::Surface {
+                includes: surface.include.clone(),
+                excludes: surface.exclude.clone(),
+            },
+            archive: Some(self.operator_archive(state)),
+        }
+    }
+
+    /// Step 4: the surface check on the actual tree (never the operator's claim), then
+    /// the check that every edited operator still serves its stage. Returns the
+    /// snapshot of the reviewed tree.
+    async fn review(&self, a: &Attempt) -> Flow<Snapshot> {
+        let snap = match self.ws.store.snapshot(
+            &a.wt,
+            Some(a.parent_commit),
+            &SnapshotLimits::default(),
+            &layout::skip_top_level,
+        ) {
+            Ok(s) => s,
+            Err(e) => {
+                let why = format!("the mutated tree cannot be snapshotted: {e}");
+                return Err(self.stop(a, Status::InvalidProposal, "mutate", &why));
+            }
+        };
+        if snap.changes.is_empty() {
+            return Err(self.stop(a, Status::NoProposal, "mutate", "no changes to commit"));
+        }
+        let violations = self.surface.check(&snap.changes);
+        if !violations.is_empty() {
+            let list: Vec<String> = violations
+                .iter()
+                .take(20)
+                .map(|v| format!("{} ({})", v.path, v.reason))
+                .collect();
+            let why = format!(
+                "{} change(s) outside the mutable surface: {}",
+                violations.len(),
+                list.join("; ")
+            );
+            let stop = (Status::InvalidProposal, "surface", why.as_str());
+            return Err(self.stop_proposed(a, stop, snap.tree));
+        }
+        // An edited operator must still serve its stage before the tree can become a
+        // parent: one that does not would fail every generation descending from it
+        // (`stages/edits.rs`).
+        let defects = self.stages.check_operator_edits(&a.wt, &snap.changes).await;
+        if self.cancel().is_cancelled() {
+            let what = format!("the operator check of gen {} ended `cancelled`", a.genid);
+            return Err(self.interrupt(a, "surface", &what));
+        }
+        if !defects.is_empty() {
+            let list: Vec<String> = defects.iter().take(20).map(ToString::to_string).collect();
+            let why = format!(
+                "{} edited operator(s) cannot serve their stage: {}",
+                defects.len(),
+                list.join("; ")
+            );
+            let stop = (Status::InvalidProposal, "surface", why.as_str());
+            return Err(self.stop_proposed(a, stop, snap.tree));
+        }
+        Ok(snap)
+    }
+
+    /// Step 6: commit the reviewed tree, archive the `generation` event, then tag it (a
+    /// tag never precedes its row). The worktree becomes the commit's checkout.
+    fn commit(
+        &self,
+        a: &Attempt,
+        snap: &Snapshot,
+        proposal: &wit::Proposal,
+        changed: usize,
+    ) -> Flow<Oid> {
+        let (genid, parent) = (a.genid.as_str(), a.parent.as_str());
+        let commit = self
+            .ws
+            .store
+            .commit(
+                snap.tree,
+                Some(a.parent_commit),
+                &format!("evolve: generation {genid} (parent {parent})"),
+                false,
+            )
+            .map_err(|e| RunError::new(format!("cannot commit gen {genid}: {e}")))?;
+        let usd = if proposal.usage.usd.is_finite() {
+            proposal.usage.usd
+        } else {
+            0.0
+        };
+        // Metered spend of this generation's stage calls (the host meters model calls and
+        // train trials; an operator's own usage figure is kept only as a claim).
+        let charge = a.meter.charge();
+        let body = GenerationBody {
+            parent: Some(parent.to_string()),
+            commit: Some(commit.to_string()),
+            tree: Some(snap.tree.to_string()),
+            changes: Some(snap.changes.iter().map(path_change).collect()),
+            claimed: Some(proposal.changed.iter().take(200).cloned().collect()),
+            notes: Some(
+                proposal
+                    .notes
+                    .iter()
+                    .take(20)
+                    .map(|n| clip(&self.redactor.redact(n), 500))
+                    .collect(),
+            ),
+            usage_claimed: Some(body::UsageClaim {
+                input_tokens: proposal.usage.input_tokens,
+                output_tokens: proposal.usage.output_tokens,
+                usd,
+            }),
+            cost_usd: Some(charge.cost_usd),
+            model_calls: charge.model_calls,
+            // The operator identity (component and script digests) of every call it made.
+            operators: Some(super::stages::recorded_identities(
+                &a.run_dir,
+                Stage::Novelty,
+            )),
+        };
+        self.append(Some(genid), &body)?;
+        self.ensure_tag(genid, commit)?;
+        self.keep_as_checkout(&a.wt, commit);
+        let _ = std::fs::remove_file(a.run_dir.join(super::repair::FORK_MARKER));
+        let notes = proposal
+            .notes
+            .iter()
+            .take(3)
+            .map(|n| clip(n, 80))
+            .collect::<Vec<_>>()
+            .join("; ");
+        self.say(format!(
+            "gen {genid}: committed {changed} change(s) as gen/{genid}{}",
+            if notes.is_empty() {
+                String::new()
+            } else {
+                format!(" ({notes})")
+            }
+        ));
+        Ok(commit)
+    }
+
     /// Archive an early stop (with what the attempt spent) and discard its worktree.
-    fn stop(&self, a: &Attempt, status: &str, stage: &str, reason: &str) -> Result<()> {
-        self.stop_with(a, status, stage, reason, Map::new())
+    fn stop(&self, a: &Attempt, status: Status, stage: &str, reason: &str) -> Halt {
+        self.stop_with(a, status, stage, reason, None)
+    }
+
+    /// Archive that the user stopped the attempt during `stage`, and stop the run.
+    fn interrupt(&self, a: &Attempt, stage: &str, what: &str) -> Halt {
+        match self.stop(a, Status::Cancelled, stage, "interrupted by the user") {
+            Halt::Stopped => Halt::Run(super::progress::interrupted(what)),
+            archive_failed => archive_failed,
+        }
     }
 
     /// Archive the early stop of a candidate whose tree was snapshotted and then rejected
@@ -239,11 +437,9 @@ impl Driver {
     fn stop_proposed(
         &self,
         a: &Attempt,
-        (status, stage, reason): (&str, &str, &str),
-        parent_commit: Oid,
+        (status, stage, reason): (Status, &str, &str),
         tree: Oid,
-    ) -> Result<()> {
-        let mut extra = Map::new();
+    ) -> Halt {
         let message = format!(
             "evolve: proposed gen {} (parent {}), {status} at {stage}",
             a.genid, a.parent
@@ -251,84 +447,49 @@ impl Driver {
         let store = &self.ws.store;
         // Best effort: losing the proposal to look at must not lose the stop itself.
         let kept = store
-            .commit(tree, Some(parent_commit), &message, false)
+            .commit(tree, Some(a.parent_commit), &message, false)
             .and_then(|c| store.set_evolve_ref(&layout::proposed_ref(&a.genid), c));
-        if kept.is_ok() {
-            extra.insert("proposed_tree".into(), json!(tree.to_string()));
-        }
-        self.stop_with(a, status, stage, reason, extra)
+        let proposed = kept.is_ok().then(|| tree.to_string());
+        self.stop_with(a, status, stage, reason, proposed)
     }
 
     fn stop_with(
         &self,
         a: &Attempt,
-        status: &str,
+        status: Status,
         stage: &str,
         reason: &str,
-        extra: Map<String, Value>,
-    ) -> Result<()> {
+        proposed_tree: Option<String>,
+    ) -> Halt {
         let reason = clip(&self.redactor.redact(reason), 4000);
-        let mut body = status_body(status, Some(stage), &reason, Some(&a.parent));
-        body.extend(extra);
         // What the attempt's stages spent is charged even though it stopped early.
-        a.meter.charge(&mut body);
+        let charge = a.meter.charge();
         // The operators (and scripts) that ran, up to the stage that stopped the child.
         let upto = crate::sandbox::parse_stage(stage).unwrap_or(Stage::Mutate);
-        body.insert(
-            "operators".into(),
-            super::stages::recorded_identities(&a.run_dir, upto),
-        );
-        self.append(types::STATUS, Some(&a.genid), body)?;
+        let body = StatusBody {
+            proposed_tree,
+            cost_usd: Some(charge.cost_usd),
+            model_calls: charge.model_calls,
+            operators: Some(super::stages::recorded_identities(&a.run_dir, upto)),
+            ..StatusBody::new(status, Some(stage), &reason, Some(&a.parent))
+        };
+        if let Err(e) = self.append(Some(&a.genid), &body) {
+            return Halt::Run(e);
+        }
         self.retire(&a.wt);
         let _ = std::fs::remove_file(a.run_dir.join(super::repair::FORK_MARKER));
         self.say(format!("gen {}: {status} ({stage}): {reason}", a.genid));
-        Ok(())
+        Halt::Stopped
     }
 
-    /// Call a stage on the child's fork. `None` means it failed and the attempt was
-    /// closed as `operator_failed`.
-    async fn fork_stage(
-        &self,
-        a: &Attempt,
-        stage: Stage,
-        feedback: Option<&Path>,
-        input: StageInput,
-        record: Value,
-    ) -> Result<Option<StageOutput>> {
-        let name = crate::sandbox::stage_name(stage);
-        let dir = a.run_dir.join(name);
-        let caps = match stage {
-            Stage::Analyze => a.meter.model(self, &dir),
-            Stage::Rollout | Stage::Mutate | Stage::Validate => a.meter.tasks(self, &a.wt, &dir),
-            _ => Capabilities::default(),
-        };
-        match self
-            .stages
-            .call(stage, &a.wt, &dir, feedback, caps, input, record)
-            .await
-        {
-            Ok(out) => Ok(Some(out)),
-            Err(_) if self.cancel().is_cancelled() => {
-                self.stop(a, "cancelled", name, "interrupted by the user")?;
-                Err(super::progress::interrupted(&format!(
-                    "{name} of gen {} ended `cancelled`",
-                    a.genid
-                )))
-            }
-            Err(f) => self
-                .stop(a, "operator_failed", name, &f.message)
-                .map(|_| None),
-        }
-    }
-
-    fn parent_view(&self, state: &State, parent: &str) -> Option<wit::ArchiveRow> {
+    pub(super) fn parent_view(&self, state: &State, parent: &str) -> Option<wit::ArchiveRow> {
         state
             .row(parent)
             .map(|r| row_view(r, state.eligible(parent), &self.redactor))
     }
 
     /// Fork the parent's certified commit into the child's worktree.
-    fn fork(&self, genid: &str, parent: &str, state: &State) -> Result<(Attempt, Oid)> {
+    fn fork(&self, genid: &str, parent: &str, state: &State) -> Result<Attempt> {
         let parent_commit = state
             .row(parent)
             .and_then(|r| r.evaluation.as_ref())
@@ -340,6 +501,7 @@ impl Driver {
             parent: parent.to_string(),
             wt: self.ws.paths.worktree(genid),
             run_dir: self.ws.paths.run_dir(genid),
+            parent_commit,
             meter: Meter::default(),
         };
         if let Some(p) = a.wt.parent() {
@@ -356,281 +518,12 @@ impl Driver {
             &a.run_dir.join(super::repair::FORK_MARKER),
             &json!({"parent": parent, "commit": parent_commit.to_string()}),
         );
-        Ok((a, parent_commit))
-    }
-
-    /// Run a fresh child of `parent` as `genid`.
-    pub(crate) async fn run_child(&self, genid: &str, parent: String) -> Result<()> {
-        let state = self.state();
-        let parent_view = self
-            .parent_view(&state, &parent)
-            .ok_or_else(|| RunError::new(format!("parent {parent} has no archive row")))?;
-        let (a, parent_commit) = self.fork(genid, &parent, &state)?;
-        self.say(format!(
-            "gen {genid}: forked gen/{parent} (score {})",
-            fmt_score(parent_view.score)
-        ));
-        let p = Some(parent.as_str());
-        let wrong = |stage: &str| format!("{stage} returned a result of another stage's kind");
-
-        // Rollout and analyze run the parent's operators on the fork.
-        let input = StageInput::Rollout {
-            ctx: self.stages.context(Stage::Rollout, genid, p),
-            parent: parent_view.clone(),
-        };
-        let record = json!({"parent": row_json(&parent_view)});
-        let rollout = match self
-            .fork_stage(&a, Stage::Rollout, None, input, record)
-            .await?
-        {
-            None => return Ok(()),
-            Some(StageOutput::Evidence(e)) => e,
-            Some(_) => return self.stop(&a, "operator_failed", "rollout", &wrong("rollout")),
-        };
-        let analysis = if self.stages.enabled(Stage::Analyze) {
-            let input = StageInput::Analyze {
-                ctx: self.stages.context(Stage::Analyze, genid, p),
-                rollout: rollout.clone(),
-            };
-            let record =
-                json!({"rollout": {"summary": rollout.summary, "artifacts": rollout.artifacts}});
-            match self
-                .fork_stage(&a, Stage::Analyze, None, input, record)
-                .await?
-            {
-                None => return Ok(()),
-                Some(StageOutput::Evidence(e)) => Some(e),
-                Some(_) => return self.stop(&a, "operator_failed", "analyze", &wrong("analyze")),
-            }
-        } else {
-            None
-        };
-
-        // Mutate edits the fork, with a train-only feedback bundle.
-        let feedback =
-            self.feedback_bundle(&a.run_dir, &parent_view, &rollout, analysis.as_ref())?;
-        let surface = &self.ws.recipe.surface;
-        let observation = wit::Observation {
-            rollout: Some(rollout.clone()),
-            analysis: analysis.clone(),
-            feedback_dir: Some("/feedback".into()),
-            surface: wit::Surface {
-                includes: surface.include.clone(),
-                excludes: surface.exclude.clone(),
-            },
-            archive: Some(self.operator_archive(&state)),
-        };
-        let input = StageInput::Mutate {
-            ctx: self.stages.context(Stage::Mutate, genid, p),
-            observation,
-        };
-        let record = json!({"feedback": "feedback/", "surface": {"include": surface.include, "exclude": surface.exclude}});
-        let proposal = match self
-            .fork_stage(&a, Stage::Mutate, Some(&feedback), input, record)
-            .await?
-        {
-            None => return Ok(()),
-            Some(StageOutput::Proposal(p)) => p,
-            Some(_) => return self.stop(&a, "operator_failed", "mutate", &wrong("mutate")),
-        };
-
-        // The surface check uses the actual tree, never the operator's claim.
-        let snap = match self.ws.store.snapshot(
-            &a.wt,
-            Some(parent_commit),
-            &SnapshotLimits::default(),
-            &layout::skip_top_level,
-        ) {
-            Ok(s) => s,
-            Err(e) => {
-                let why = format!("the mutated tree cannot be snapshotted: {e}");
-                return self.stop(&a, "invalid_proposal", "mutate", &why);
-            }
-        };
-        if snap.changes.is_empty() {
-            return self.stop(&a, "no_proposal", "mutate", "no changes to commit");
-        }
-        let violations = self.surface.check(&snap.changes);
-        if !violations.is_empty() {
-            let list: Vec<String> = violations
-                .iter()
-                .take(20)
-                .map(|v| format!("{} ({})", v.path, v.reason))
-                .collect();
-            let why = format!(
-                "{} change(s) outside the mutable surface: {}",
-                violations.len(),
-                list.join("; ")
-            );
-            return self.stop_proposed(
-                &a,
-                ("invalid_proposal", "surface", why.as_str()),
-                parent_commit,
-                snap.tree,
-            );
-        }
-        // An edited operator must still serve its stage before the tree can become a
-        // parent: one that does not would fail every generation descending from it
-        // (`stages/edits.rs`).
-        let defects = self.stages.check_operator_edits(&a.wt, &snap.changes).await;
-        if self.cancel().is_cancelled() {
-            self.stop(&a, "cancelled", "surface", "interrupted by the user")?;
-            return Err(super::progress::interrupted(&format!(
-                "the operator check of gen {genid} ended `cancelled`"
-            )));
-        }
-        if !defects.is_empty() {
-            let list: Vec<String> = defects.iter().take(20).map(ToString::to_string).collect();
-            let why = format!(
-                "{} edited operator(s) cannot serve their stage: {}",
-                defects.len(),
-                list.join("; ")
-            );
-            return self.stop_proposed(
-                &a,
-                ("invalid_proposal", "surface", why.as_str()),
-                parent_commit,
-                snap.tree,
-            );
-        }
-        let changed = changed_paths(&snap.changes);
-
-        // Validate and novelty run the parent's operators on the mutated tree.
-        if self.stages.enabled(Stage::Validate) {
-            let input = StageInput::Validate {
-                ctx: self.stages.context(Stage::Validate, genid, p),
-                changed: changed.clone(),
-                rollout: Some(rollout.clone()),
-            };
-            match self
-                .fork_stage(
-                    &a,
-                    Stage::Validate,
-                    None,
-                    input,
-                    json!({"changed": changed}),
-                )
-                .await?
-            {
-                None => return Ok(()),
-                Some(StageOutput::Validation(v)) if v.accept => {}
-                Some(StageOutput::Validation(v)) => {
-                    let why = format!("candidate validation rejected: {}", v.reason);
-                    return self.stop_proposed(
-                        &a,
-                        ("rejected_validation", "validate", why.as_str()),
-                        parent_commit,
-                        snap.tree,
-                    );
-                }
-                Some(_) => return self.stop(&a, "operator_failed", "validate", &wrong("validate")),
-            }
-        }
-        if self.stages.enabled(Stage::Novelty) {
-            let diff = self.candidate_diff(&state, parent_commit, snap.tree, &changed)?;
-            let input = StageInput::Novelty {
-                ctx: self.stages.context(Stage::Novelty, genid, p),
-                diff,
-            };
-            match self
-                .fork_stage(&a, Stage::Novelty, None, input, json!({"changed": changed}))
-                .await?
-            {
-                None => return Ok(()),
-                Some(StageOutput::Novelty(n)) if n.accept => {}
-                Some(StageOutput::Novelty(n)) => {
-                    let why = format!(
-                        "novelty {:.3}: a near-duplicate of an accepted edit, or no edit",
-                        n.novelty
-                    );
-                    return self.stop_proposed(
-                        &a,
-                        ("rejected_duplicate", "novelty", why.as_str()),
-                        parent_commit,
-                        snap.tree,
-                    );
-                }
-                Some(_) => return self.stop(&a, "operator_failed", "novelty", &wrong("novelty")),
-            }
-        }
-
-        // Commit the reviewed tree, archive it, then tag it (a tag never precedes its row).
-        let commit = self
-            .ws
-            .store
-            .commit(
-                snap.tree,
-                Some(parent_commit),
-                &format!("evolve: generation {genid} (parent {parent})"),
-                false,
-            )
-            .map_err(|e| RunError::new(format!("cannot commit gen {genid}: {e}")))?;
-        let mut body = Map::new();
-        body.insert("parent".into(), json!(parent));
-        body.insert("commit".into(), json!(commit.to_string()));
-        body.insert("tree".into(), json!(snap.tree.to_string()));
-        body.insert(
-            "changes".into(),
-            Value::Array(snap.changes.iter().map(change_json).collect()),
-        );
-        body.insert(
-            "claimed".into(),
-            json!(proposal.changed.iter().take(200).collect::<Vec<_>>()),
-        );
-        body.insert(
-            "notes".into(),
-            json!(
-                proposal
-                    .notes
-                    .iter()
-                    .take(20)
-                    .map(|n| clip(&self.redactor.redact(n), 500))
-                    .collect::<Vec<_>>()
-            ),
-        );
-        let usd = if proposal.usage.usd.is_finite() {
-            proposal.usage.usd
-        } else {
-            0.0
-        };
-        body.insert(
-            "usage_claimed".into(),
-            json!({"input_tokens": proposal.usage.input_tokens, "output_tokens": proposal.usage.output_tokens, "usd": usd}),
-        );
-        // Metered spend of this generation's stage calls (the host meters model calls and
-        // train trials; an operator's own usage figure is kept only as a claim).
-        a.meter.charge(&mut body);
-        // The operator identity (component and script digests) of every call it made.
-        body.insert(
-            "operators".into(),
-            super::stages::recorded_identities(&a.run_dir, Stage::Novelty),
-        );
-        self.append(types::GENERATION, Some(genid), body)?;
-        self.ensure_tag(genid, commit)?;
-        self.keep_as_checkout(&a.wt, commit);
-        let _ = std::fs::remove_file(a.run_dir.join(super::repair::FORK_MARKER));
-        let notes = proposal
-            .notes
-            .iter()
-            .take(3)
-            .map(|n| clip(n, 80))
-            .collect::<Vec<_>>()
-            .join("; ");
-        self.say(format!(
-            "gen {genid}: committed {} change(s) as gen/{genid}{}",
-            changed.len(),
-            if notes.is_empty() {
-                String::new()
-            } else {
-                format!(" ({notes})")
-            }
-        ));
-        self.finish(genid, Some(parent), commit).await
+        Ok(a)
     }
 
     /// What novelty sees: the child's changed paths and surface diff, and the diffs of
     /// the most recently kept children.
-    fn candidate_diff(
+    pub(super) fn candidate_diff(
         &self,
         state: &State,
         parent_commit: Oid,
@@ -661,365 +554,13 @@ impl Driver {
     }
 
     /// The certified archive as operators see it (select, reflect, gate, mutate).
-    fn operator_archive(&self, state: &State) -> wit::ArchiveView {
+    pub(super) fn operator_archive(&self, state: &State) -> wit::ArchiveView {
         view::archive_view(
             &state.rows,
             &state.eligibility,
             state.champion.as_ref(),
             &self.redactor,
         )
-    }
-
-    /// A committed child's change against its parent's certified commit, as novelty
-    /// sees it (gate and record get it); `None` when either commit cannot be read.
-    fn committed_diff(
-        &self,
-        state: &State,
-        parent: Option<&str>,
-        commit: Oid,
-    ) -> Option<wit::CandidateDiff> {
-        let parent_commit = state
-            .row(parent?)?
-            .evaluation
-            .as_ref()?
-            .candidate_commit()?;
-        let parent_commit = Oid::from_str(parent_commit).ok()?;
-        let changes = self.ws.store.diff(parent_commit, commit).ok()?;
-        let tree = self.ws.store.tree_of(commit).ok()?;
-        self.candidate_diff(state, parent_commit, tree, &changed_paths(&changes))
-            .ok()
-    }
-
-    /// Create `gen/<genid>` if it does not exist yet.
-    fn ensure_tag(&self, genid: &str, commit: Oid) -> Result<()> {
-        let name = layout::tag_name(genid);
-        match self.ws.store.tag_target(&name) {
-            Ok(Some(_)) => Ok(()),
-            _ => self
-                .ws
-                .store
-                .tag(&name, commit)
-                .map_err(|e| RunError::new(format!("cannot tag {name}: {e}"))),
-        }
-    }
-
-    /// Resume an interrupted transaction.
-    pub(crate) async fn resume(&self, genid: &str, step: Step) -> Result<()> {
-        self.say(format!("gen {genid}: resuming at {step}"));
-        match step {
-            Step::Evaluate { commit, parent } => {
-                self.ensure_tag(genid, commit)?;
-                self.finish(genid, parent, commit).await
-            }
-            Step::Gate { commit, parent } => {
-                self.gate_record_reflect(genid, parent.as_deref(), commit)
-                    .await
-            }
-            Step::Record { commit, parent } => {
-                self.record(genid, parent.as_deref(), commit).await?;
-                self.reflect(genid, parent.as_deref()).await
-            }
-        }
-    }
-
-    /// Evaluate a committed child, then gate, record and reflect.
-    pub(crate) async fn finish(
-        &self,
-        genid: &str,
-        parent: Option<String>,
-        commit: Oid,
-    ) -> Result<()> {
-        let state = self.state();
-        let attempts = state
-            .row(genid)
-            .map(|r| certified_attempts(r, "candidate"))
-            .unwrap_or_default();
-        let req = EvalRequest {
-            genid: genid.to_string(),
-            parent: parent.clone(),
-            commit,
-            purpose: "candidate",
-            split: self.ws.primary_split(),
-            certified_attempts: attempts,
-        };
-        let ev = match self.evaluate_observed(&req).await? {
-            Ok(ev) => ev,
-            Err(e @ EvalError::EvaluatorChanged { .. }) => {
-                let reason = e.to_string();
-                self.append(
-                    types::STATUS,
-                    Some(genid),
-                    status_body(
-                        "invalid_proposal",
-                        Some("evaluate"),
-                        &reason,
-                        parent.as_deref(),
-                    ),
-                )?;
-                self.say(format!("gen {genid}: invalid_proposal: {reason}"));
-                return Ok(());
-            }
-            Err(EvalError::Host(m)) => {
-                return Err(RunError::new(format!(
-                    "evaluation of gen/{genid} failed in the host: {m}"
-                )));
-            }
-        };
-        self.append_evaluation(genid, &ev)?;
-        self.say(format!(
-            "gen {genid}: evaluated: {} score {}",
-            ev.outcome,
-            fmt_score(ev.score)
-        ));
-        if ev.outcome != "benchmark_complete" {
-            return Ok(());
-        }
-        self.gate_record_reflect(genid, parent.as_deref(), commit)
-            .await
-    }
-
-    async fn gate_record_reflect(
-        &self,
-        genid: &str,
-        parent: Option<&str>,
-        commit: Oid,
-    ) -> Result<()> {
-        if self.gate(genid, parent, commit).await? {
-            self.record(genid, parent, commit).await?;
-            self.reflect(genid, parent).await?;
-        }
-        // Gate and record were the last readers of a discarded child's checkout; a kept
-        // one stays for select (loaded from the champion's commit).
-        if self.state().row(genid).and_then(|r| r.verdict.as_deref()) == Some("discard") {
-            self.drop_commit_checkout(commit);
-        }
-        Ok(())
-    }
-
-    /// The gate, loaded from the child's own commit. Returns whether it decided.
-    async fn gate(&self, genid: &str, parent: Option<&str>, commit: Oid) -> Result<bool> {
-        let state = self.state();
-        let child = state
-            .row(genid)
-            .map(|r| row_view(r, false, &self.redactor))
-            .ok_or_else(|| RunError::new(format!("gen {genid} has no archive row")))?;
-        let parent_view = parent.and_then(|p| self.parent_view(&state, p));
-        let checkout = self.commit_checkout(commit)?;
-        let ctx = self.stages.context(Stage::Gate, genid, parent);
-        let record =
-            json!({"child": row_json(&child), "parent": parent_view.as_ref().map(row_json)});
-        let out = self
-            .stages
-            .call(
-                Stage::Gate,
-                &checkout,
-                &self.ws.paths.run_dir(genid).join("gate"),
-                None,
-                Default::default(),
-                StageInput::Gate {
-                    ctx,
-                    child,
-                    parent: parent_view,
-                    archive: self.operator_archive(&state),
-                    diff: self.committed_diff(&state, parent, commit),
-                },
-                record,
-            )
-            .await;
-        match out {
-            Ok(StageOutput::Gate(d)) => {
-                let verdict = if d.verdict == wit::Verdict::Keep {
-                    "keep"
-                } else {
-                    "discard"
-                };
-                let mut body = Map::new();
-                body.insert("verdict".into(), json!(verdict));
-                body.insert(
-                    "reason".into(),
-                    json!(clip(&self.redactor.redact(&d.reason), 2000)),
-                );
-                let gate_dir = self.ws.paths.run_dir(genid).join("gate");
-                if let Some(id) = super::stages::recorded_identity(&gate_dir) {
-                    body.insert("operator".into(), id);
-                }
-                self.append(types::GATE, Some(genid), body)?;
-                self.say(format!("gen {genid}: gate {verdict}: {}", d.reason));
-                Ok(true)
-            }
-            Ok(_) => {
-                self.append(
-                    types::STATUS,
-                    Some(genid),
-                    status_body(
-                        "operator_failed",
-                        Some("gate"),
-                        "gate returned something other than a decision",
-                        parent,
-                    ),
-                )?;
-                Ok(false)
-            }
-            Err(_) if self.cancel().is_cancelled() => {
-                Err(self.cancelled(&[genid.to_string()], "gate", parent))
-            }
-            Err(f) => {
-                let reason = clip(&self.redactor.redact(&f.message), 4000);
-                self.append(
-                    types::STATUS,
-                    Some(genid),
-                    status_body("operator_failed", Some("gate"), &reason, parent),
-                )?;
-                self.say(format!("gen {genid}: gate failed: {reason}"));
-                Ok(false)
-            }
-        }
-    }
-
-    /// Record, loaded from the child's commit; its annotations pass the allowlist. It
-    /// runs at most once: success or failure, exactly one `record` event is written.
-    async fn record(&self, genid: &str, parent: Option<&str>, commit: Oid) -> Result<()> {
-        let state = self.state();
-        let Some(row) = state.row(genid) else {
-            return Ok(());
-        };
-        if row.recorded {
-            return Ok(());
-        }
-        let child = row_view(row, state.eligible(genid), &self.redactor);
-        let checkout = self.commit_checkout(commit)?;
-        let ctx = self.stages.context(Stage::Record, genid, parent);
-        let out = self
-            .stages
-            .call(
-                Stage::Record,
-                &checkout,
-                &self.ws.paths.run_dir(genid).join("record"),
-                None,
-                Default::default(),
-                StageInput::Record {
-                    ctx,
-                    child: child.clone(),
-                    diff: self.committed_diff(&state, parent, commit),
-                },
-                json!({"child": row_json(&child)}),
-            )
-            .await;
-        if out.is_err() && self.cancel().is_cancelled() {
-            // No record event: record still runs (once) when the run resumes.
-            return Err(self.cancelled(&[genid.to_string()], "record", parent));
-        }
-        let mut body = Map::new();
-        match out {
-            Ok(StageOutput::Annotations(map)) => {
-                let (kept, dropped): (Vec<_>, Vec<_>) = map
-                    .into_iter()
-                    .partition(|(k, _)| evolve_archive::annotation_allowed(k));
-                body.insert(
-                    "annotations".into(),
-                    Value::Object(kept.into_iter().collect()),
-                );
-                if !dropped.is_empty() {
-                    body.insert(
-                        "dropped".into(),
-                        json!(dropped.into_iter().map(|(k, _)| k).collect::<Vec<_>>()),
-                    );
-                }
-            }
-            Ok(_) => {
-                body.insert("annotations".into(), json!({}));
-                body.insert(
-                    "error".into(),
-                    json!("record returned something other than annotations"),
-                );
-            }
-            Err(f) => {
-                body.insert("annotations".into(), json!({}));
-                body.insert(
-                    "error".into(),
-                    json!(clip(&self.redactor.redact(&f.message), 2000)),
-                );
-            }
-        }
-        self.append(types::RECORD, Some(genid), body)
-    }
-
-    /// Archive what a stage that ends with no event of its own spent, as a `repair`
-    /// note, unless it spent nothing.
-    fn archive_spend(&self, genid: &str, stage: &str, meter: &Meter) -> Result<()> {
-        let Some(mut body) = meter.charged() else {
-            return Ok(());
-        };
-        body.insert("what".into(), json!(format!("what {stage} spent")));
-        body.insert("stage".into(), json!(stage));
-        self.append(types::REPAIR, Some(genid), body)
-    }
-
-    /// Reflect, loaded from the workspace head (`gen/0`'s commit: the branch never moves
-    /// for children) in its shared read-only checkout; best effort (a failure is logged
-    /// only).
-    async fn reflect(&self, genid: &str, parent: Option<&str>) -> Result<()> {
-        if !self.stages.enabled(Stage::Reflect) {
-            return Ok(());
-        }
-        let state = self.state();
-        let archive = view::archive_view(
-            &state.rows,
-            &state.eligibility,
-            state.champion.as_ref(),
-            &self.redactor,
-        );
-        let playbook = playbook_entries(&state);
-        // Entries archived before the caps existed could add up past what reflect may be
-        // handed: skip the call rather than hand it an oversized playbook.
-        if let Err(why) = crate::sandbox::check_playbook_size(&playbook) {
-            self.say(format!("gen {genid}: reflect skipped: {why}"));
-            return Ok(());
-        }
-        let ctx = self.stages.context(Stage::Reflect, genid, parent);
-        let root = self.commit_checkout(self.ws.genesis)?;
-        let meter = Meter::default();
-        let reflect_dir = self.ws.paths.run_dir(genid).join("reflect");
-        let out = self
-            .stages
-            .call(
-                Stage::Reflect,
-                &root,
-                &reflect_dir,
-                None,
-                meter.model(self, &reflect_dir),
-                StageInput::Reflect {
-                    ctx,
-                    archive,
-                    playbook,
-                },
-                json!({"playbook_entries": state.playbook.len()}),
-            )
-            .await;
-        if !matches!(out, Ok(StageOutput::Playbook(_))) {
-            // No playbook event to carry what reflect's model calls cost.
-            self.archive_spend(genid, "reflect", &meter)?;
-        }
-        match out {
-            Ok(out @ StageOutput::Playbook(_)) => {
-                let mut body = Map::new();
-                body.insert("ops".into(), out.to_json());
-                body.extend(meter.charged().unwrap_or_default());
-                self.append("playbook", Some(genid), body)
-            }
-            Ok(_) => Ok(()),
-            // Reflect is best effort and not retried: nothing to archive.
-            Err(_) if self.cancel().is_cancelled() => Err(super::progress::interrupted(&format!(
-                "reflect of gen {genid} was cancelled (best effort: it is not retried)"
-            ))),
-            Err(f) => {
-                self.say(format!(
-                    "gen {genid}: reflect failed (ignored): {}",
-                    f.message
-                ));
-                Ok(())
-            }
-        }
     }
 
     /// Assemble mutate's read-only feedback bundle: the parent as operators see it and
@@ -1095,29 +636,4 @@ impl Driver {
             .take(n)
             .collect()
     }
-}
-
-/// The playbook reflect maintains: every `add` of earlier playbook events, in order.
-fn playbook_entries(state: &State) -> Vec<wit::PlaybookEntry> {
-    state
-        .playbook
-        .iter()
-        .filter(|op| op.get("op").and_then(Value::as_str) == Some("add"))
-        .map(|op| wit::PlaybookEntry {
-            id: op
-                .get("id")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string(),
-            text: op
-                .get("text")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string(),
-            data: op
-                .get("data")
-                .map(|d| d.to_string())
-                .unwrap_or_else(|| "{}".into()),
-        })
-        .collect()
 }

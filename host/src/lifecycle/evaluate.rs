@@ -1,12 +1,14 @@
 //! Framework-owned evaluation of one commit: a fresh checkout, the evaluator-tree check
 //! against `gen/0`, the frozen task set's split run on the recipe's engine, and the
-//! stamped fields of the certified evaluation event.
+//! stamped fields of the certified evaluation event; the driver runs it with trial
+//! progress, drops it when the user stops the run, and archives it.
 //!
 //! Exact resume: every attempt keeps its trials on disk. When an attempt was interrupted
 //! (it has no certified event), the next attempt reuses its completed trials instead of
 //! re-running them, and says so (`source_attempts` and a `repair` event).
 
-use super::progress::{Channel, TrialProgress};
+use super::progress::{Channel, Event, TrialProgress};
+use super::{Driver, RunError};
 use crate::layout;
 use crate::workspace::Workspace;
 use evaluator_harbor::agent::{AgentManifest, AgentSpec};
@@ -15,6 +17,7 @@ use evaluator_harbor::result::{
     EvaluationResult, ScoringPolicy, TrialResult, TrialStatus, summarize,
 };
 use evaluator_harbor::split::SplitName;
+use evolve_archive::{RepairBody, types};
 use evolve_snapshot::Oid;
 use serde_json::{Map, Value, json};
 use std::path::{Path, PathBuf};
@@ -271,6 +274,74 @@ pub(crate) async fn evaluate_with(
     })
 }
 
+impl Driver {
+    /// Run an evaluation; a changed evaluator is returned as an error for the caller to
+    /// archive, a host failure stops the run.
+    pub(crate) async fn evaluate(&self, req: &EvalRequest) -> super::Result<Evaluated> {
+        self.evaluate_observed(req).await?.map_err(|e| match e {
+            EvalError::Host(m) => RunError::new(format!(
+                "evaluation of gen/{} failed in the host: {m}",
+                req.genid
+            )),
+            other => RunError::new(other.to_string()),
+        })
+    }
+
+    /// Append a `repair` event for reused trials, then the evaluation itself.
+    pub(crate) fn append_evaluation(&self, genid: &str, ev: &Evaluated) -> super::Result<()> {
+        if !ev.reused.is_empty() {
+            let trials = ev.reused.iter().map(|r| evolve_archive::ReusedTrial {
+                task: self.redactor.key(&r.task),
+                repetition: r.repetition,
+                from_attempt: r.attempt,
+            });
+            let body = RepairBody {
+                what: "completed trials of an interrupted evaluation reused".into(),
+                attempt: Some(ev.attempt),
+                trials: Some(trials.collect()),
+                ..RepairBody::default()
+            };
+            self.append(Some(genid), &body)?;
+        }
+        self.append_map(types::EVALUATION, Some(genid), ev.body.clone())
+    }
+
+    /// Run an evaluation with trial progress, stopped (and archived as `cancelled`)
+    /// when the user interrupts the run. Completed trials stay on disk for the resume.
+    pub(crate) async fn evaluate_observed(
+        &self,
+        req: &EvalRequest,
+    ) -> super::Result<Result<Evaluated, EvalError>> {
+        self.check_cancelled(&format!("evaluating gen {}", req.genid))?;
+        self.progress.emit(Event::EvaluationStarted {
+            genid: req.genid.clone(),
+            purpose: req.purpose.to_string(),
+        });
+        let started = std::time::Instant::now();
+        let result = tokio::select! {
+            biased;
+            () = self.cancel.cancelled() => None,
+            r = super::evaluate::evaluate_with(&self.ws, self.engine.clone(), req, &self.progress) => Some(r),
+        };
+        if let Ok(mut t) = self.evaluation_time.lock() {
+            *t += started.elapsed();
+        }
+        let Some(result) = result else {
+            let parent = req.parent.as_deref();
+            return Err(self.cancelled(std::slice::from_ref(&req.genid), "evaluate", parent));
+        };
+        if let Ok(ev) = &result {
+            self.progress.emit(Event::EvaluationFinished {
+                genid: req.genid.clone(),
+                purpose: req.purpose.to_string(),
+                outcome: ev.outcome.clone(),
+                score: ev.score,
+            });
+        }
+        Ok(result)
+    }
+}
+
 /// Completed trials of interrupted attempts with the same commit and task selection, by
 /// whole task (every repetition complete), latest attempt first.
 fn reusable_trials(
@@ -361,44 +432,4 @@ fn invalid_agent(
         policy,
         0.0,
     )
-}
-
-/// The driver's side of an evaluation: progress events around it, and the user's interrupt.
-impl super::Driver {
-    /// Run an evaluation with trial progress, stopped (and archived as `cancelled`)
-    /// when the user interrupts the run. Completed trials stay on disk for the resume.
-    pub(crate) async fn evaluate_observed(
-        &self,
-        req: &EvalRequest,
-    ) -> super::Result<Result<Evaluated, EvalError>> {
-        self.check_cancelled(&format!("evaluating gen {}", req.genid))?;
-        self.progress
-            .emit(super::progress::Event::EvaluationStarted {
-                genid: req.genid.clone(),
-                purpose: req.purpose.to_string(),
-            });
-        let started = std::time::Instant::now();
-        let result = tokio::select! {
-            biased;
-            () = self.cancel.cancelled() => None,
-            r = evaluate_with(&self.ws, self.engine.clone(), req, &self.progress) => Some(r),
-        };
-        if let Ok(mut t) = self.evaluation_time.lock() {
-            *t += started.elapsed();
-        }
-        let Some(result) = result else {
-            let parent = req.parent.as_deref();
-            return Err(self.cancelled(std::slice::from_ref(&req.genid), "evaluate", parent));
-        };
-        if let Ok(ev) = &result {
-            self.progress
-                .emit(super::progress::Event::EvaluationFinished {
-                    genid: req.genid.clone(),
-                    purpose: req.purpose.to_string(),
-                    outcome: ev.outcome.clone(),
-                    score: ev.score,
-                });
-        }
-        Ok(result)
-    }
 }

@@ -8,15 +8,15 @@
 //! progress itself once a sink is installed.
 //!
 //! Cancellation: the sandbox's [`Cancel`] token (set on Ctrl-C). An operator call in flight
-//! ends as `cancelled`; an evaluation in flight is dropped (its completed trials stay on
-//! disk and are reused on resume). Either way a `status` event `cancelled` names the stage
+//! ends as `cancelled`; an evaluation in flight is dropped (`evaluate.rs`; its completed
+//! trials stay on disk and are reused on resume). Either way a `status` event `cancelled` names the stage
 //! that was stopped, and the run returns an error; the next `evolve run` resumes from the
 //! archive (a `cancelled` status is superseded by the attempt's next event, see
 //! docs/archive.md).
 
-use super::{Driver, Result, RunError, status_body};
+use super::{Driver, Result, RunError};
 use crate::sandbox::Cancel;
-use evolve_archive::types;
+use evolve_archive::{Status, StatusBody};
 use std::sync::{Arc, RwLock};
 
 /// One thing that happened during a run.
@@ -150,8 +150,13 @@ impl Driver {
         parent: Option<&str>,
     ) -> RunError {
         for g in genids {
-            let body = status_body("cancelled", Some(stage), "interrupted by the user", parent);
-            if let Err(e) = self.append(types::STATUS, Some(g), body) {
+            let body = StatusBody::new(
+                Status::Cancelled,
+                Some(stage),
+                "interrupted by the user",
+                parent,
+            );
+            if let Err(e) = self.append(Some(g), &body) {
                 return e;
             }
         }

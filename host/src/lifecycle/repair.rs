@@ -9,9 +9,9 @@
 use super::{Result, RunError};
 use crate::layout;
 use crate::workspace::{Workspace, now};
-use evolve_archive::{RunLock, types};
+use evolve_archive::{EventBody, RepairBody, RunLock};
 use evolve_snapshot::{Limits as SnapshotLimits, Oid};
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 use std::path::Path;
 
 /// The fork marker a child's run directory holds while its worktree exists.
@@ -30,11 +30,13 @@ pub fn repair(ws: &Workspace) -> Result<Vec<String>> {
             rec.receipts_torn.is_some(),
             &rec.resigned,
         ));
-        let mut body = Map::new();
-        body.insert("what".into(), json!("archive recovery at open"));
-        body.insert("resigned_seqs".into(), json!(rec.resigned));
+        let body = RepairBody {
+            what: "archive recovery at open".into(),
+            resigned_seqs: Some(rec.resigned.clone()),
+            ..RepairBody::default()
+        };
         archive
-            .append(types::REPAIR, None, body, &now())
+            .append(RepairBody::TYPE, None, body.to_map(), &now())
             .map_err(|e| RunError::new(format!("archive: {e}")))?;
     }
     let entries: Vec<_> = std::fs::read_dir(ws.paths.worktrees())
@@ -57,13 +59,15 @@ pub fn repair(ws: &Workspace) -> Result<Vec<String>> {
                 )
                 .is_ok_and(|s| s.changes.is_empty())
         });
-        let mut body = Map::new();
-        body.insert("worktree".into(), json!(format!("runs/worktrees/{name}")));
+        let mut body = RepairBody {
+            worktree: Some(format!("runs/worktrees/{name}")),
+            ..RepairBody::default()
+        };
         if clean {
             std::fs::remove_dir_all(&dir)
                 .map_err(|e| RunError::new(format!("cannot remove {}: {e}", dir.display())))?;
             actions.push(format!("removed clean stale worktree {name}"));
-            body.insert("what".into(), json!("removed a clean stale child worktree"));
+            body.what = "removed a clean stale child worktree".into();
         } else {
             let dest = free_name(&ws.paths.runs().join("interrupted"), &name);
             if let Some(p) = dest.parent() {
@@ -80,12 +84,12 @@ pub fn repair(ws: &Workspace) -> Result<Vec<String>> {
             actions.push(format!(
                 "moved edited worktree {name} to {rel} (its edits are preserved)"
             ));
-            body.insert("what".into(), json!("moved an edited child worktree aside"));
-            body.insert("moved_to".into(), json!(rel));
+            body.what = "moved an edited child worktree aside".into();
+            body.moved_to = Some(rel);
         }
         let _ = std::fs::remove_file(ws.paths.run_dir(&genid).join(FORK_MARKER));
         archive
-            .append(types::REPAIR, Some(&genid), body, &now())
+            .append(RepairBody::TYPE, Some(&genid), body.to_map(), &now())
             .map_err(|e| RunError::new(format!("archive: {e}")))?;
     }
     for tmp in std::fs::read_dir(ws.paths.checkouts())

@@ -17,6 +17,10 @@ use crate::scripts;
 pub use crate::scripts::{recorded_identities, recorded_identity};
 pub use edits::{OperatorDefect, Problem as OperatorDefectProblem};
 
+// The typed call of each stage (`rollout(..) -> Evidence`, …), built on `call` below.
+mod calls;
+pub use calls::At;
+
 /// The recipe's operator bindings, ready to call.
 pub struct Stages {
     sandbox: Arc<Sandbox>,
@@ -154,19 +158,15 @@ impl Stages {
             .map_or_else(Limits::default, |b| b.limits())
     }
 
-    /// Call `stage`'s operator from `checkout`. `record` is what the run directory keeps
-    /// as the call's input (the host's view of it). `run_dir` is created fresh; an earlier,
+    /// Call `stage`'s operator from `at.checkout` (each stage's typed method in
+    /// `calls.rs` calls this). `record` is what the run directory keeps as the call's
+    /// input (the host's view of it). `at.run_dir` is created fresh; an earlier,
     /// interrupted call's directory is kept beside it as `<name>.interrupted-<n>`.
-    // One argument per thing a call is granted or recorded with; grouping them would only
-    // rename the list.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn call(
+    async fn call(
         &self,
         stage: Stage,
-        checkout: &Path,
-        run_dir: &Path,
+        at: At<'_>,
         feedback: Option<&Path>,
-        capabilities: Capabilities,
         input: StageInput,
         record: Value,
     ) -> Result<StageOutput, StageFailure> {
@@ -179,10 +179,10 @@ impl Stages {
         let result = self
             .call_inner(
                 stage,
-                checkout,
-                run_dir,
+                at.checkout,
+                &at.run_dir,
                 feedback,
-                capabilities,
+                at.capabilities,
                 input,
                 record,
             )
@@ -198,6 +198,7 @@ impl Stages {
         result
     }
 
+    // One argument per thing a call is granted or recorded with.
     #[allow(clippy::too_many_arguments)]
     async fn call_inner(
         &self,

@@ -64,12 +64,10 @@ impl Bill {
         self.calls.extend(other.calls);
     }
 
-    /// Put the bill's calls into an archive event's body (nothing when there are none,
-    /// as for a free model). The caller writes `cost_usd`, which may include more.
-    pub fn list_calls(&self, body: &mut serde_json::Map<String, Value>) {
-        if !self.calls.is_empty() {
-            body.insert(super::ledger::MODEL_CALLS_KEY.into(), json!(self.calls));
-        }
+    /// The calls an archive event lists (`None` when there are none, as for a free
+    /// model: the key is left out). The event's `cost_usd` may include more than `usd`.
+    pub fn listed_calls(&self) -> Option<Vec<String>> {
+        (!self.calls.is_empty()).then(|| self.calls.clone())
     }
 }
 
