@@ -124,6 +124,9 @@ pub struct GenesisBody {
         skip_serializing_if = "Option::is_none"
     )]
     pub cost_usd: Option<f64>,
+    /// The recipe's experiment name (written by `init`; not read back).
+    #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub recipe: Option<String>,
 }
 
 /// A candidate generation was committed and tagged: `{"parent", "commit", ...}`.
@@ -381,6 +384,44 @@ pub struct RepairBody {
 
 impl EventBody for RepairBody {
     const TYPE: &'static str = types::REPAIR;
+}
+
+/// A framework-run evaluation as the host writes it: the [`STAMPED_FIELDS`], then what
+/// goes with them. `V` is the task vector's type (the engine's, which this crate does not
+/// know); the fold reads the same line back through [`check_stamp`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EvaluationBody<V: Serialize> {
+    pub candidate_commit: String,
+    pub candidate_tree: String,
+    pub parent: Option<String>,
+    pub generation: u64,
+    pub evaluator_fingerprint: String,
+    pub task_set_hash: String,
+    pub runtime_fingerprint: String,
+    pub contract_id: String,
+    pub purpose: String,
+    pub outcome: String,
+    pub trials: usize,
+    pub expected_trials: u32,
+    pub scoreable_trials: u32,
+    pub task_vector: V,
+    pub score: Option<f64>,
+    pub cost_usd: f64,
+    pub timings: EvaluationTimings,
+    pub attempt: u64,
+    /// The interrupted attempts whose completed trials this one reused.
+    pub source_attempts: Vec<u64>,
+    pub reason: String,
+}
+
+impl<V: Serialize> EventBody for EvaluationBody<V> {
+    const TYPE: &'static str = types::EVALUATION;
+}
+
+/// How long an evaluation took.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EvaluationTimings {
+    pub wall_s: f64,
 }
 
 /// A trial an evaluation attempt took over from an interrupted one.

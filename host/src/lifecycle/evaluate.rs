@@ -17,6 +17,8 @@ use evaluator_harbor::result::{
     EvaluationResult, ScoringPolicy, TrialResult, TrialStatus, summarize,
 };
 use evaluator_harbor::split::SplitName;
+use evolve_archive::EventBody;
+use evolve_archive::body::{EvaluationBody, EvaluationTimings};
 use evolve_archive::{RepairBody, types};
 use evolve_snapshot::Oid;
 use serde_json::{Map, Value, json};
@@ -225,45 +227,34 @@ pub(crate) async fn evaluate_with(
         .values()
         .map(|t| t.trials.len())
         .sum();
-    let mut body = Map::new();
-    let mut put = |k: &str, v: Value| {
-        body.insert(k.to_string(), v);
-    };
-    put("candidate_commit", json!(req.commit.to_string()));
-    put("candidate_tree", json!(candidate_tree));
-    put(
-        "parent",
-        req.parent.clone().map_or(Value::Null, Value::from),
-    );
-    put(
-        "generation",
-        json!(evolve_archive::event::genid_generation(&req.genid).unwrap_or(0)),
-    );
-    put("evaluator_fingerprint", json!(evaluator_fingerprint));
-    put("task_set_hash", json!(task_set_hash));
-    put("runtime_fingerprint", json!(runtime_fingerprint));
-    put("contract_id", json!(contract_id));
-    put("purpose", json!(req.purpose));
-    put("outcome", json!(result.outcome.as_str()));
-    put("trials", json!(trials));
-    put("expected_trials", json!(result.expected_trials));
-    put("scoreable_trials", json!(result.scoreable_trials));
-    put(
-        "task_vector",
-        serde_json::to_value(&result.task_vector).map_err(host)?,
-    );
-    put("score", result.score.map_or(Value::Null, Value::from));
-    put("cost_usd", json!(result.cost_usd));
-    put(
-        "timings",
-        json!({"wall_s": started.elapsed().as_secs_f64()}),
-    );
-    put("attempt", json!(attempt));
-    let mut sources: Vec<u64> = reused.iter().map(|r| r.attempt).collect();
-    sources.sort_unstable();
-    sources.dedup();
-    put("source_attempts", json!(sources));
-    put("reason", json!(result.reason));
+    let mut source_attempts: Vec<u64> = reused.iter().map(|r| r.attempt).collect();
+    source_attempts.sort_unstable();
+    source_attempts.dedup();
+    let body = EvaluationBody {
+        candidate_commit: req.commit.to_string(),
+        candidate_tree,
+        parent: req.parent.clone(),
+        generation: evolve_archive::event::genid_generation(&req.genid).unwrap_or(0),
+        evaluator_fingerprint,
+        task_set_hash,
+        runtime_fingerprint,
+        contract_id,
+        purpose: req.purpose.to_string(),
+        outcome: result.outcome.as_str().to_string(),
+        trials,
+        expected_trials: result.expected_trials,
+        scoreable_trials: result.scoreable_trials,
+        task_vector: &result.task_vector,
+        score: result.score,
+        cost_usd: result.cost_usd,
+        timings: EvaluationTimings {
+            wall_s: started.elapsed().as_secs_f64(),
+        },
+        attempt,
+        source_attempts,
+        reason: result.reason.clone(),
+    }
+    .to_map();
     Ok(Evaluated {
         outcome: result.outcome.as_str().to_string(),
         score: result.score,

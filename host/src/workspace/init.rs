@@ -25,7 +25,8 @@ use crate::recipe::{self, ComponentFile, Recipe};
 use crate::safe_tree::FileRead;
 use crate::sandbox::{Sandbox, parse_stage};
 use evaluator_harbor::split::{FrozenTaskSet, SplitName, SplitRatios, TaskFiles};
-use evolve_archive::{Archive, ExperimentKey, types};
+use evolve_archive::body::{FixedIdentity, IdentityField};
+use evolve_archive::{Archive, EventBody, ExperimentKey, GenerationBody, GenesisBody};
 use evolve_snapshot::{NewFile, Oid, Store};
 use serde_json::{Map, Value, json};
 use std::borrow::Cow;
@@ -244,7 +245,7 @@ fn create(
 
 /// What the archive's genesis events record of generation 0.
 struct Gen0Ids {
-    identity: Value,
+    identity: FixedIdentity,
     commit: Oid,
     tree: Oid,
 }
@@ -263,13 +264,13 @@ fn write_repository(
     let evaluator_tree = first
         .entry(layout::EVALUATOR_DIR)
         .ok_or_else(|| err("generation 0 has no evaluator/ tree"))?;
-    let identity = json!({
-        "evaluator_fingerprint": evaluator_tree.to_string(),
-        "task_set_hash": task_set
+    let identity = FixedIdentity {
+        evaluator_fingerprint: evaluator_tree.to_string(),
+        task_set_hash: task_set
             .selection_digest(SplitName::Gate)
             .map_err(|e| err(e.to_string()))?,
-        "runtime_fingerprint": engine.runtime_fingerprint(),
-    });
+        runtime_fingerprint: engine.runtime_fingerprint(),
+    };
     // Unsent (on an error above), the other thread stops without appending anything.
     let _ = send_ids.send(Gen0Ids {
         identity,
@@ -321,20 +322,26 @@ fn write_genesis(
     let Ok(gen0_ids) = ids.recv() else {
         return Err(err("generation 0 was not assembled"));
     };
-    let mut genesis = Map::new();
-    genesis.insert("experiment".into(), json!(made.experiment_id));
-    genesis.insert("fixed_identity".into(), gen0_ids.identity);
-    genesis.insert("recipe".into(), json!(recipe_name));
-    archive
-        .append(types::GENESIS, None, genesis, &now())
-        .map_err(|e| err(format!("cannot write the archive: {e}")))?;
-    let mut gen0 = Map::new();
-    gen0.insert("parent".into(), Value::Null);
-    gen0.insert("commit".into(), json!(gen0_ids.commit.to_string()));
-    gen0.insert("tree".into(), json!(gen0_ids.tree.to_string()));
-    archive
-        .append(types::GENERATION, Some("0"), gen0, &now())
-        .map_err(|e| err(format!("cannot write the archive: {e}")))?;
+    let genesis = GenesisBody {
+        experiment: Some(made.experiment_id.clone()),
+        fixed_identity: Some(IdentityField(Some(gen0_ids.identity))),
+        recipe: Some(recipe_name.to_string()),
+        ..GenesisBody::default()
+    };
+    let gen0 = GenerationBody {
+        parent: None,
+        commit: Some(gen0_ids.commit.to_string()),
+        tree: Some(gen0_ids.tree.to_string()),
+        ..GenerationBody::default()
+    };
+    for (event_type, genid, body) in [
+        (GenesisBody::TYPE, None, genesis.to_map()),
+        (GenerationBody::TYPE, Some("0"), gen0.to_map()),
+    ] {
+        archive
+            .append(event_type, genid, body, &now())
+            .map_err(|e| err(format!("cannot write the archive: {e}")))?;
+    }
     Ok(())
 }
 
