@@ -433,7 +433,7 @@ pub struct ReusedTrial {
 }
 
 /// One generation's select decision, archived before its children start.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SelectBody {
     pub generation: u32,
     pub parents: Vec<String>,
@@ -453,7 +453,7 @@ impl EventBody for SelectBody {
 }
 
 /// The select that gave no parents, and why.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SelectFallback {
     pub from: String,
     pub reason: String,
@@ -474,7 +474,7 @@ impl EventBody for PlaybookBody {
 }
 
 /// An agent driver's call after a generation, whatever came of it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DriverRevisionBody {
     pub after_generation: u32,
     pub driver: Value,

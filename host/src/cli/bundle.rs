@@ -18,7 +18,7 @@
 
 use crate::command::CliError;
 use crate::layout;
-use crate::workspace::evidence::{Evidence, raw_events_at, read_json};
+use crate::workspace::evidence::{Evidence, events_at, read_json};
 use crate::workspace::{Workspace, now};
 use evolve_archive::PublicKey;
 use evolve_snapshot::{Oid, Store};
@@ -346,7 +346,7 @@ impl Opened {
         let Some(genesis) = self.store.tag_target(&layout::tag_name("0")).ok().flatten() else {
             return vec!["the repository has no gen/0 tag".into()];
         };
-        let events = raw_events_at(&self.dir.join(ARCHIVE));
+        let events = events_at(&self.dir.join(ARCHIVE));
         crate::lifecycle::agent_driver::verify_recipes_in(&self.store, genesis, None, &events)
     }
 

@@ -35,7 +35,7 @@ pub fn verify_cmd(a: VerifyArgs) -> CliResult {
             // The recipe digest each generation stamps, and every driver revision's.
             extra.extend(crate::lifecycle::agent_driver::verify_recipes(
                 &ws,
-                &evidence::raw_events(&ws),
+                &evidence::events(&ws),
             ));
             Ok(print_verdict(&report, &extra, &[], a.json))
         }

@@ -6,7 +6,7 @@ use crate::display;
 use crate::lifecycle::progress::Progress;
 use crate::lifecycle::{self, Driver, RunOptions, State};
 use crate::sandbox::{self, Sandbox, SandboxConfig};
-use crate::workspace::evidence::{Evidence, raw_events};
+use crate::workspace::evidence::{self, Evidence};
 use crate::workspace::{Workspace, WorkspaceError, init};
 use clap::Args;
 use serde_json::{Value, json};
@@ -634,17 +634,16 @@ fn generations_text(generations: u64, limit: u32, dir: &Path) -> String {
 
 /// Number of changed paths per genid, from generation events.
 fn changes_by_genid(ws: &Workspace) -> std::collections::HashMap<String, usize> {
-    raw_events(ws)
+    evidence::events(ws)
         .into_iter()
-        .filter(|e| e.get("type").and_then(Value::as_str) == Some("generation"))
+        .filter(|e| e.event_type == evolve_archive::types::GENERATION)
         .filter_map(|e| {
-            let g = e.get("genid")?.as_str()?.to_string();
             let n = e
-                .get("body")?
+                .body
                 .get("changes")
                 .and_then(Value::as_array)
                 .map_or(0, Vec::len);
-            Some((g, n))
+            Some((e.genid?, n))
         })
         .collect()
 }
@@ -657,7 +656,7 @@ fn log(a: DirArgs) -> CliResult {
     let ws = Workspace::open(&a.dir)?;
     let report = audit(&ws);
     let changes = changes_by_genid(&ws);
-    let recipes = lifecycle::agent_driver::recipe_digests(&ws, &raw_events(&ws));
+    let recipes = lifecycle::agent_driver::recipe_digests(&ws, &evidence::events(&ws));
     let rows: Vec<Value> = report
         .rows
         .iter()
@@ -726,12 +725,14 @@ fn show(a: GenArgs) -> CliResult {
         .find(|e| e.genid == a.genid)
         .map(|e| e.reasons.iter().map(|r| r.to_string()).collect::<Vec<_>>())
         .unwrap_or_default();
-    let events: Vec<Value> = raw_events(&ws)
-        .into_iter()
-        .filter(|e| e.get("genid").and_then(Value::as_str) == Some(a.genid.as_str()))
-        .collect();
+    let all = evidence::events(&ws);
     let recipe = evolve_archive::event::genid_generation(&a.genid)
-        .and_then(|g| lifecycle::agent_driver::recipe_digests(&ws, &raw_events(&ws)).remove(&g));
+        .and_then(|g| lifecycle::agent_driver::recipe_digests(&ws, &all).remove(&g));
+    let events: Vec<Value> = all
+        .iter()
+        .filter(|e| e.genid.as_deref() == Some(a.genid.as_str()))
+        .map(evolve_archive::Event::to_value)
+        .collect();
     let run_dir = ws.paths.run_dir(&a.genid);
     let mut logs = serde_json::Map::new();
     for stage in crate::sandbox::ALL_STAGES {

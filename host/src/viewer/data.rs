@@ -8,9 +8,9 @@
 use crate::layout;
 use crate::sandbox::{ALL_STAGES, stage_name};
 use crate::workspace::Workspace;
-use crate::workspace::evidence::Evidence;
+use crate::workspace::evidence::{self, Evidence};
 use evolve_archive::event::genid_generation;
-use evolve_archive::{Evaluation, Report, Row};
+use evolve_archive::{Evaluation, Event, Report, Row};
 use evolve_snapshot::Oid;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
@@ -156,7 +156,10 @@ fn audit_once(ws: &Workspace, fingerprint: Fingerprint) -> Audit {
     Audit {
         report,
         repository_findings,
-        events: complete_events(&ws.paths.archive()),
+        events: evidence::events_at(&ws.paths.archive())
+            .iter()
+            .map(Event::to_value)
+            .collect(),
         fingerprint,
     }
 }
@@ -170,23 +173,10 @@ pub fn last_certified_body(archive: &Path, row: &Row, kind: &str) -> Option<Map<
         .split(|b| *b == b'\n')
         .zip(1u64..)
         .filter(|(_, line)| !row.uncertified_lines.contains(line))
-        .filter_map(|(l, _)| serde_json::from_slice::<Value>(l).ok())
-        .filter(|e| e.get("genid").and_then(Value::as_str) == Some(row.genid.as_str()))
-        .filter(|e| e.get("type").and_then(Value::as_str) == Some(kind))
+        .filter_map(|(l, _)| Event::from_line(l).ok())
+        .filter(|e| e.genid.as_deref() == Some(row.genid.as_str()) && e.event_type == kind)
         .last()
-        .and_then(|e| e.get("body").and_then(Value::as_object).cloned())
-}
-
-/// Every complete (newline-terminated) line that parses; a line being written is skipped.
-fn complete_events(archive: &Path) -> Vec<Value> {
-    let Ok(bytes) = std::fs::read(archive) else {
-        return Vec::new();
-    };
-    let end = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-    bytes[..end]
-        .split(|b| *b == b'\n')
-        .filter_map(|l| serde_json::from_slice(l).ok())
-        .collect()
+        .map(|e| e.body)
 }
 
 /// How the tree draws a row: `kept` (evaluated, gate kept it), `discarded` (evaluated, gate

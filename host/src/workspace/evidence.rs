@@ -6,7 +6,7 @@
 
 use super::Workspace;
 use crate::layout;
-use evolve_archive::{PublicKey, Report};
+use evolve_archive::{Event, PublicKey, Report};
 use evolve_snapshot::{Oid, Store};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -126,19 +126,22 @@ pub fn read_json(path: &Path) -> Option<Value> {
         .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
 }
 
-/// Raw archive events (for display only; certification comes from the audit).
-pub fn raw_events(ws: &Workspace) -> Vec<Value> {
-    raw_events_at(&ws.paths.archive())
+/// The workspace's archive events, for display and the recipe audit (certification comes
+/// from the archive's own audit, [`Evidence::audit`]).
+pub fn events(ws: &Workspace) -> Vec<Event> {
+    events_at(&ws.paths.archive())
 }
 
-/// The archive file at `path` as JSON lines (unparsable lines skipped: the audit reports
-/// them).
-pub fn raw_events_at(path: &std::path::Path) -> Vec<Value> {
-    std::fs::read(path)
-        .map(|b| {
-            b.split(|c| *c == b'\n')
-                .filter_map(|l| serde_json::from_slice(l).ok())
-                .collect()
-        })
-        .unwrap_or_default()
+/// The archive file at `path`, each complete line read by the archive's own envelope
+/// reader ([`Event::from_line`]). A line it rejects, and a last line still being
+/// written, are left out: the audit reports them.
+pub fn events_at(path: &Path) -> Vec<Event> {
+    let Ok(bytes) = std::fs::read(path) else {
+        return Vec::new();
+    };
+    let end = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    bytes[..end]
+        .split(|b| *b == b'\n')
+        .filter_map(|line| Event::from_line(line).ok())
+        .collect()
 }
