@@ -9,6 +9,7 @@
 mod chat;
 #[path = "support/cmd.rs"]
 mod cmd;
+#[path = "support/common.rs"]
 mod common;
 #[path = "support/ws.rs"]
 mod ws;
