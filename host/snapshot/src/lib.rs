@@ -23,6 +23,7 @@ mod pack;
 mod snapshot;
 mod statcache;
 mod surface;
+mod tagcache;
 mod tree;
 
 use std::cell::{Cell, RefCell};
@@ -37,6 +38,7 @@ pub use firstpack::{FirstCommit, NewFile};
 pub use git2::Oid;
 pub use materialize::Reconciled;
 pub use surface::{Surface, Violation};
+pub use tagcache::ctime_settled;
 
 /// How deep directories may nest (in snapshots, materialized trees and diffs).
 /// The walkers recurse, so this bounds stack use on hostile trees.
@@ -132,6 +134,8 @@ pub struct Store {
     stats: RefCell<statcache::StatCache>,
     /// Files snapshots took from `stats` without reading them.
     stat_hits: Cell<u64>,
+    /// Loose tags already read, by the `lstat` of their file.
+    tags: RefCell<tagcache::TagCache>,
 }
 
 impl std::fmt::Debug for Store {
@@ -184,6 +188,7 @@ impl Store {
             cache: RefCell::default(),
             stats: RefCell::default(),
             stat_hits: Cell::new(0),
+            tags: RefCell::default(),
         })
     }
 
@@ -200,6 +205,7 @@ impl Store {
             cache: RefCell::default(),
             stats: RefCell::default(),
             stat_hits: Cell::new(0),
+            tags: RefCell::default(),
         })
     }
 
@@ -450,7 +456,24 @@ impl Store {
     /// The commit a tag names (annotated tags are peeled), or `None` if absent.
     pub fn tag_target(&self, name: &str) -> Result<Option<Oid>, Error> {
         let refname = tag_ref(name)?;
-        let reference = match self.repo.find_reference(&refname) {
+        // A loose tag file whose lstat is unchanged since it was read names the
+        // same commit (see `tagcache.rs`); reading it again costs four system
+        // calls and a commit lookup, for every row, every time the driver
+        // recomputes eligibility.
+        let loose = self.repo.path().join(&refname);
+        let stat = tagcache::TagStat::of(&loose);
+        if let Some(id) = stat.and_then(|st| self.tags.borrow().get(&refname, &st)) {
+            return Ok(Some(id));
+        }
+        let found = self.tag_target_uncached(name, &refname)?;
+        if let (Some(st), Some(id)) = (stat, found) {
+            self.tags.borrow_mut().insert(refname, st, id);
+        }
+        Ok(found)
+    }
+
+    fn tag_target_uncached(&self, name: &str, refname: &str) -> Result<Option<Oid>, Error> {
+        let reference = match self.repo.find_reference(refname) {
             Ok(r) => r,
             Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(None),
             Err(e) => return Err(git(format!("reading tag {name}"))(e)),

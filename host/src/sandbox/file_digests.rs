@@ -18,7 +18,7 @@ use super::cache::ComponentDigest;
 use cap_std::fs::{Metadata, MetadataExt};
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// How old a file's ctime must be for its digest to be remembered: far more than any
 /// filesystem's timestamp tick.
@@ -48,16 +48,9 @@ impl FileStamp {
         }
     }
 
-    /// Whether the ctime lies at least [`SETTLED`] before now (a ctime before the epoch,
-    /// or a clock before it, counts as not settled).
+    /// Whether the ctime lies at least [`SETTLED`] before now.
     fn settled(&self) -> bool {
-        let Ok(now) = SystemTime::now().duration_since(UNIX_EPOCH) else {
-            return false;
-        };
-        let (Ok(s), Ok(ns)) = (u64::try_from(self.ctime.0), u32::try_from(self.ctime.1)) else {
-            return false;
-        };
-        Duration::new(s, ns) + SETTLED < now
+        evolve_snapshot::ctime_settled(self.ctime, SETTLED)
     }
 }
 
