@@ -219,9 +219,9 @@ fn blob_pack(files: &[&NewFile<'_>], ids: &[Oid]) -> Result<Option<Encoded>, Err
     encode(&objects.list).map(Some)
 }
 
-/// Cores to hash and encode on (at most 8).
+/// Cores available: with two or more, the large blobs are encoded on a second one.
 fn threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// Write `first`'s packs and their indexes, durably, into `objects_dir/pack`.
@@ -272,51 +272,19 @@ fn commit_body(tree: Oid, message: &str, signature: &git2::Signature<'_>) -> Vec
     format!("tree {tree}\nauthor {person}\ncommitter {person}\n\n{message}").into_bytes()
 }
 
-/// The blob id of each file, in order. Hashing is most of the CPU time here, so a
-/// large tree is hashed on every core (in contiguous slices of about equal bytes).
+/// The blob id of each file, in order: the one it carries, or hashed.
 fn blob_ids(files: &[&NewFile<'_>]) -> Result<Vec<Oid>, Error> {
-    let hash = |slice: &[&NewFile<'_>]| -> Result<Vec<Oid>, Error> {
-        slice
-            .iter()
-            .map(|f| {
-                if let Some(id) = f.id {
-                    debug_assert_eq!(Oid::hash_object(ObjectType::Blob, &f.bytes).ok(), Some(id));
-                    return Ok(id);
-                }
-                Oid::hash_object(ObjectType::Blob, &f.bytes)
-                    .map_err(crate::error::git(format!("hashing {}", f.path)))
-            })
-            .collect()
-    };
-    let to_hash = |f: &NewFile<'_>| if f.id.is_some() { 0 } else { f.bytes.len() };
-    let total: usize = files.iter().map(|f| to_hash(f)).sum();
-    let threads = threads();
-    if threads < 2 || total < 256 << 10 {
-        return hash(files);
-    }
-    // Cut points so each slice holds about total/threads bytes.
-    let mut slices = Vec::with_capacity(threads);
-    let (mut start, mut acc) = (0, 0);
-    for (i, f) in files.iter().enumerate() {
-        acc += to_hash(f);
-        if acc * threads >= total * (slices.len() + 1) && slices.len() + 1 < threads {
-            slices.push(&files[start..=i]);
-            start = i + 1;
-        }
-    }
-    slices.push(&files[start..]);
-    std::thread::scope(|s| {
-        let workers: Vec<_> = slices
-            .iter()
-            .map(|slice| s.spawn(move || hash(slice)))
-            .collect();
-        let mut ids = Vec::with_capacity(files.len());
-        for w in workers {
-            // A panic in a worker is re-raised here, as if hashed on this thread.
-            ids.extend(w.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?);
-        }
-        Ok(ids)
-    })
+    files
+        .iter()
+        .map(|f| {
+            if let Some(id) = f.id {
+                debug_assert_eq!(Oid::hash_object(ObjectType::Blob, &f.bytes).ok(), Some(id));
+                return Ok(id);
+            }
+            Oid::hash_object(ObjectType::Blob, &f.bytes)
+                .map_err(crate::error::git(format!("hashing {}", f.path)))
+        })
+        .collect()
 }
 
 /// Put `file` (blob `id`) into the directory tree under `root`.

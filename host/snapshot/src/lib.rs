@@ -20,7 +20,6 @@ mod error;
 mod firstpack;
 mod materialize;
 mod pack;
-mod prestat;
 mod snapshot;
 mod statcache;
 mod surface;

@@ -15,7 +15,6 @@ use rustix::fs::{
 
 use crate::cache::BlobCache;
 use crate::error::{Error, git, io};
-use crate::prestat::Prestat;
 use crate::statcache::{self, Lstat, Recorder, StatKey, Worktree};
 use crate::tree::{
     self, Entry, MODE_EXEC, MODE_FILE, MODE_GITLINK, MODE_LINK, MODE_TREE, is_regular,
@@ -59,9 +58,6 @@ pub struct Reconciled {
     pub removed: u64,
     /// Directories listed: those whose names the records could not vouch for.
     pub listed: u64,
-    /// Names whose `lstat` was taken ahead of the walk, on every core (none
-    /// for a small tree or a single core).
-    pub prefetched: u64,
 }
 
 /// Turn the existing directory `dest` into exactly `tree`, as `materialize`
@@ -80,10 +76,7 @@ pub(crate) fn reconcile(
     // directory is at that path now.
     let old = old.filter(|w| fstat(&root).is_ok_and(|st| w.same_root(&st)));
     let w = Writer::new(repo, cache, dest, root.as_fd(), old.as_ref())?;
-    // The stats the walk will ask for, taken on every core first.
-    let pre = old.as_ref().and_then(|o| Prestat::take(root.as_fd(), o));
-    w.count(|d| d.prefetched = pre.as_ref().map_or(0, |p| p.taken() as u64));
-    w.sync(tree, root.as_fd(), "", 0, pre)?;
+    w.sync(tree, root.as_fd(), "", 0)?;
     let done = w.done.get();
     Ok((w.finish(root.as_fd()), done))
 }
@@ -306,15 +299,13 @@ impl<'r> Writer<'r> {
     /// Turn the existing directory `dfd` into `tree`: remove every name the
     /// tree does not hold, keep the files the old records prove right,
     /// descend into directories that stay directories, and write the rest as
-    /// [`Writer::tree`] would. Returns what `tree` returns. `pre` holds the
-    /// stats prefetched in `dfd`.
+    /// [`Writer::tree`] would. Returns what `tree` returns.
     fn sync(
         &self,
         tree: &Tree<'_>,
         dfd: BorrowedFd<'_>,
         rel: &str,
         depth: usize,
-        mut pre: Option<Prestat<'r>>,
     ) -> Result<Option<git2::Oid>, Error> {
         check_depth(depth, rel)?;
         let err = |ctx: &'static str| move |e: rustix::io::Errno| self.io(rel, ctx, e);
@@ -344,16 +335,8 @@ impl<'r> Writer<'r> {
         for e in tree.iter() {
             let name = checked_name(&e, rel)?;
             let path = join(rel, name);
-            // A directory that stays one, already opened by the prefetch.
-            if e.filemode() == MODE_TREE
-                && let Some((sub, sub_pre)) = pre.as_mut().and_then(|p| p.take_dir(name.as_bytes()))
-            {
-                present += 1;
-                stored.extend(self.sync_subdir(&e, name, rel, &sub, depth, Some(sub_pre))?);
-                continue;
-            }
-            let st = match Prestat::lstat_in(pre.as_ref(), dfd, name.as_bytes()) {
-                Ok(st) => Some(st),
+            let st = match statat(dfd, name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => Some(Lstat::of(&st)),
                 Err(rustix::io::Errno::NOENT) => None,
                 Err(e) => return Err(self.io(&path, "inspecting", e)),
             };
@@ -362,7 +345,7 @@ impl<'r> Writer<'r> {
                 let is_dir = FileType::from_raw_mode(st.key.mode()) == FileType::Directory;
                 if is_dir && e.filemode() == MODE_TREE {
                     let sub = open_dir(dfd, name).map_err(|e| self.io(&path, "opening", e))?;
-                    stored.extend(self.sync_subdir(&e, name, rel, &sub, depth, None)?);
+                    stored.extend(self.sync_subdir(&e, name, rel, &sub, depth)?);
                     continue;
                 }
                 if let Some(entry) = self.keep(old, &e, name, rel, &st) {
@@ -399,11 +382,10 @@ impl<'r> Writer<'r> {
         rel: &str,
         sub: &rustix::fd::OwnedFd,
         depth: usize,
-        pre: Option<Prestat<'r>>,
     ) -> Result<Option<Entry>, Error> {
         let path = join(rel, name);
         let t = tree::find_tree(self.repo, e.id(), &path)?;
-        let sub_id = self.sync(&t, sub.as_fd(), &path, depth + 1, pre)?;
+        let sub_id = self.sync(&t, sub.as_fd(), &path, depth + 1)?;
         Ok(self.subdir_written(e, name, rel, sub_id))
     }
 

@@ -14,8 +14,7 @@ use rustix::fs::{AtFlags, CWD, Dir, FileType, Mode, OFlags, openat, readlinkat, 
 
 use crate::cache::BlobCache;
 use crate::error::{Error, git, io};
-use crate::prestat::Prestat;
-use crate::statcache::{DirRecord, Lstat, Record, Slot, StatKey, Worktree};
+use crate::statcache::{DirRecord, Record, Slot, StatKey, Worktree};
 use crate::tree::{self, Entry, MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE};
 use crate::{Change, ChangeKind, EntryKind, Limits, MAX_DEPTH, Snapshot, dir_flags, join};
 
@@ -56,9 +55,7 @@ pub(crate) fn snapshot(
         buf: Vec::new(),
         extras: Vec::new(),
     };
-    // The stats the walk will ask for, taken on every core first.
-    let pre = stats.and_then(|s| Prestat::take(root.as_fd(), s));
-    let tree = match w.dir(root, "", parent, 0, Some(skip), pre)? {
+    let tree = match w.dir(root, "", parent, 0, Some(skip))? {
         Some(id) => id,
         // Everything was empty: the root is still a (empty) tree.
         None => w.write_tree(&mut [], None)?,
@@ -93,7 +90,7 @@ struct Walker<'r> {
 
 impl<'r> Walker<'r> {
     /// Snapshot one directory; `None` when it ends up empty. `skip` is only
-    /// given at the root; `pre` holds the stats prefetched in `fd`.
+    /// given at the root.
     fn dir(
         &mut self,
         fd: OwnedFd,
@@ -101,7 +98,6 @@ impl<'r> Walker<'r> {
         parent: Option<&Tree<'_>>,
         depth: usize,
         skip: Option<&dyn Fn(&str) -> bool>,
-        mut pre: Option<Prestat<'r>>,
     ) -> Result<Option<Oid>, Error> {
         if depth > MAX_DEPTH {
             return Err(self.limit(rel.to_string(), "directory depth", MAX_DEPTH as u64));
@@ -116,7 +112,7 @@ impl<'r> Walker<'r> {
             && self.entries + r.slots.len() <= self.limits.max_entries
             && rustix::fs::fstat(&fd).is_ok_and(|st| StatKey::of(&st) == dir_stat)
         {
-            return self.recorded_dir(fd.as_fd(), rel, parent, depth, r, pre);
+            return self.recorded_dir(fd.as_fd(), rel, parent, depth, r);
         }
         // Read all names first; the directory stream owns `fd`, which stays
         // open as the base for the `openat`s below.
@@ -157,13 +153,13 @@ impl<'r> Walker<'r> {
             }
             if ftype != FileType::Directory
                 && let Some(rec) = recorded.and_then(|r| r.leaf(&name))
-                && let Some((mode, id)) = self.unchanged(dfd, &name, rel, rec, pre.as_ref())?
+                && let Some((mode, id)) = self.unchanged(dfd, &name, rel, rec)?
             {
                 entries.push(Entry { name, mode, id });
                 continue;
             }
             let path = join(rel, name_str);
-            if let Some(e) = self.entry(dfd, name, ftype, &path, parent, depth, pre.as_mut())? {
+            if let Some(e) = self.entry(dfd, name, ftype, &path, parent, depth)? {
                 entries.push(e);
             }
         }
@@ -197,7 +193,6 @@ impl<'r> Walker<'r> {
         parent: Option<&Tree<'_>>,
         depth: usize,
         r: &DirRecord,
-        mut pre: Option<Prestat<'r>>,
     ) -> Result<Option<Oid>, Error> {
         self.entries += r.slots.len();
         let mut unchanged = r.tree.is_some();
@@ -206,8 +201,7 @@ impl<'r> Walker<'r> {
             let (ftype, sub_tree) = match slot {
                 Slot::Leaf { rec, link } => {
                     if let Some(rec) = rec
-                        && let Some((mode, id)) =
-                            self.unchanged(dfd, name, rel, rec, pre.as_ref())?
+                        && let Some((mode, id)) = self.unchanged(dfd, name, rel, rec)?
                     {
                         entries.push(Entry {
                             name: name.to_vec(),
@@ -227,15 +221,7 @@ impl<'r> Walker<'r> {
             };
             // Recorded names are UTF-8 (materialize writes no other).
             let path = join(rel, &String::from_utf8_lossy(name));
-            let e = self.entry(
-                dfd,
-                name.to_vec(),
-                ftype,
-                &path,
-                parent,
-                depth,
-                pre.as_mut(),
-            )?;
+            let e = self.entry(dfd, name.to_vec(), ftype, &path, parent, depth)?;
             unchanged &= sub_tree.is_some() && e.as_ref().map(|e| e.id) == sub_tree;
             entries.extend(e);
         }
@@ -250,9 +236,7 @@ impl<'r> Walker<'r> {
     }
 
     /// Snapshot one directory entry (a name that is neither skipped nor a
-    /// `.git`, listed as `ftype`); `None` for what is not stored. `pre`: the
-    /// stats prefetched in `dfd`.
-    #[allow(clippy::too_many_arguments)]
+    /// `.git`, listed as `ftype`); `None` for what is not stored.
     fn entry(
         &mut self,
         dfd: BorrowedFd<'_>,
@@ -261,7 +245,6 @@ impl<'r> Walker<'r> {
         path: &str,
         parent: Option<&Tree<'_>>,
         depth: usize,
-        pre: Option<&mut Prestat<'r>>,
     ) -> Result<Option<Entry>, Error> {
         let prev = parent.and_then(|t| t.get_name_bytes(&name));
         let ftype = match ftype {
@@ -274,21 +257,15 @@ impl<'r> Walker<'r> {
         };
         let stored = match ftype {
             FileType::Directory => {
-                let (sub, sub_pre) = match pre.and_then(|p| p.take_dir(&name)) {
-                    Some((fd, p)) => (fd, Some(p)),
-                    None => (
-                        openat(dfd, name.as_slice(), dir_flags(), Mode::empty())
-                            .map_err(|e| self.io(path, "opening directory", e.into()))?,
-                        None,
-                    ),
-                };
+                let sub = openat(dfd, name.as_slice(), dir_flags(), Mode::empty())
+                    .map_err(|e| self.io(path, "opening directory", e.into()))?;
                 let prev_tree = match &prev {
                     Some(p) if p.filemode() == MODE_TREE => {
                         Some(tree::find_tree(self.repo, p.id(), path)?)
                     }
                     _ => None,
                 };
-                self.dir(sub, path, prev_tree.as_ref(), depth + 1, None, sub_pre)?
+                self.dir(sub, path, prev_tree.as_ref(), depth + 1, None)?
                     .map(|id| (MODE_TREE, id))
             }
             FileType::Symlink => self.symlink(dfd, &name, path, prev.map(|p| p.id()))?,
@@ -394,22 +371,21 @@ impl<'r> Walker<'r> {
         Ok(Some((mode, id?)))
     }
 
-    /// The entry for a file or symlink whose `lstat` still matches what
-    /// materialize recorded (so its content is the recorded blob), charged
-    /// against the limits as reading it would be; `None` to read it. The
-    /// `lstat` is `pre`'s when it prefetched `name` in `dfd` (the directory
-    /// `rel`).
+    /// The entry for the file or symlink `name` in `dfd` (the directory
+    /// `rel`) when its `lstat` still matches what materialize recorded (so
+    /// its content is the recorded blob), charged against the limits as
+    /// reading it would be; `None` to read it.
     fn unchanged(
         &mut self,
         dfd: BorrowedFd<'_>,
         name: &[u8],
         rel: &str,
         rec: &Record,
-        pre: Option<&Prestat<'_>>,
     ) -> Result<Option<(i32, Oid)>, Error> {
-        let Ok(Lstat { key: stat, .. }) = Prestat::lstat_in(pre, dfd, name) else {
+        let Ok(st) = statat(dfd, name, AtFlags::SYMLINK_NOFOLLOW) else {
             return Ok(None);
         };
+        let stat = StatKey::of(&st);
         if stat != rec.stat {
             return Ok(None);
         }

@@ -91,7 +91,7 @@ impl StatKey {
     }
 }
 
-/// What the walks use of an `lstat`: the record key and the link count.
+/// What reconcile uses of an `lstat`: the record key and the link count.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Lstat {
     pub key: StatKey,
@@ -168,11 +168,6 @@ impl Worktree {
     /// The record of one directory, if any.
     pub fn dir(&self, rel: &str) -> Option<&DirRecord> {
         self.dirs.get(rel)
-    }
-
-    /// How many names are recorded, over all directories.
-    pub fn records(&self) -> usize {
-        self.records
     }
 
     /// Whether `root` (the snapshot root's `fstat`) is the recorded root.

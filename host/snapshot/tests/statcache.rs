@@ -12,9 +12,7 @@ use common::*;
 use evolve_snapshot::{ChangeKind::*, EntryKind, Error, Limits, Oid, Snapshot, Store};
 use rustix::fs::{AtFlags, CWD, Timespec, Timestamps, utimensat};
 
-/// Files in the target: enough that a walk with records prefetches their
-/// stats on every core (over `prestat.rs`'s threshold of 128 records), so
-/// every test here covers that path.
+/// Files in the target, over nested directories.
 const FILES: usize = 240;
 
 /// A target of `FILES` files over nested directories, with an executable, a
