@@ -633,9 +633,9 @@ fn generations_text(generations: u64, limit: u32, dir: &Path) -> String {
 }
 
 /// Number of changed paths per genid, from generation events.
-fn changes_by_genid(ws: &Workspace) -> std::collections::HashMap<String, usize> {
-    evidence::events(ws)
-        .into_iter()
+fn changes_by_genid(events: &[evolve_archive::Event]) -> std::collections::HashMap<String, usize> {
+    events
+        .iter()
         .filter(|e| e.event_type == evolve_archive::types::GENERATION)
         .filter_map(|e| {
             let n = e
@@ -643,7 +643,7 @@ fn changes_by_genid(ws: &Workspace) -> std::collections::HashMap<String, usize> 
                 .get("changes")
                 .and_then(Value::as_array)
                 .map_or(0, Vec::len);
-            Some((e.genid?, n))
+            Some((e.genid.clone()?, n))
         })
         .collect()
 }
@@ -655,8 +655,9 @@ pub fn log_cmd(a: DirArgs) -> CliResult {
 fn log(a: DirArgs) -> CliResult {
     let ws = Workspace::open(&a.dir)?;
     let report = audit(&ws);
-    let changes = changes_by_genid(&ws);
-    let recipes = lifecycle::agent_driver::recipe_digests(&ws, &evidence::events(&ws));
+    let events = evidence::events(&ws);
+    let changes = changes_by_genid(&events);
+    let recipes = lifecycle::agent_driver::recipe_digests(&ws, &events);
     let rows: Vec<Value> = report
         .rows
         .iter()
