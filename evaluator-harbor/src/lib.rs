@@ -11,6 +11,7 @@ pub mod cli;
 pub mod digest;
 pub mod engine;
 pub mod error;
+pub mod gateway;
 pub mod result;
 pub mod signals;
 pub mod split;

@@ -110,6 +110,10 @@ pub struct TrialResult {
     pub wall_time_sec: f64,
     pub logs: TrialLogs,
     pub isolation: Option<Isolation>,
+    /// What the agent spent through the model gateway, metered by the host (absent when
+    /// the evaluation had no gateway). When present, `cost_usd` is its `usd`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::gateway::TrialUsage>,
 }
 
 impl TrialResult {
@@ -136,6 +140,7 @@ impl TrialResult {
             wall_time_sec: 0.0,
             logs: TrialLogs::default(),
             isolation: None,
+            usage: None,
         }
     }
 }

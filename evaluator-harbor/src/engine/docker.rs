@@ -413,6 +413,7 @@ impl DockerEngine {
             cost_usd: None,
             error: None,
             agent_exit_code: None,
+            usage: None,
             wall_time_sec: 0.0,
             logs: TrialLogs {
                 trial_dir: req.trial_dir.clone(),

@@ -716,6 +716,7 @@ impl LocalEngine {
                 verifier_dir: l.verifier_logs.clone(),
             },
             isolation: None,
+            usage: None,
         };
 
         // ---- agent phase
@@ -1024,6 +1025,7 @@ mod tests {
             repetition: 0,
             agent: Arc::new(agent),
             trial_dir: task.join("unused"),
+            settings: Default::default(),
         }
     }
 

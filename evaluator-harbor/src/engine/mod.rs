@@ -17,6 +17,7 @@ use std::time::Instant;
 
 use crate::agent::AgentSpec;
 use crate::error::{Error, ErrorKind};
+use crate::gateway::TrialSettings;
 use crate::result::{
     EvaluationResult, ScoringPolicy, TrialError, TrialResult, TrialStatus, summarize,
 };
@@ -35,6 +36,8 @@ pub struct TrialRequest {
     pub agent: Arc<AgentSpec>,
     /// An empty directory owned by this trial; the engine writes logs and result.json here.
     pub trial_dir: PathBuf,
+    /// The evaluation's gateway, passed-through variables and timeout multipliers.
+    pub settings: Arc<TrialSettings>,
 }
 
 /// A trial engine. Engines never panic on bad input: every failure is a classified
@@ -98,6 +101,10 @@ pub struct EvaluationPlan {
     pub out_dir: PathBuf,
     pub n_concurrent: usize,
     pub policy: ScoringPolicy,
+    /// Shared by every trial.
+    pub settings: TrialSettings,
+    /// How many more times an infrastructure-failed trial is run (each attempt is kept).
+    pub max_retries: u32,
 }
 
 impl EvaluationPlan {
@@ -138,6 +145,8 @@ impl EvaluationPlan {
             out_dir,
             n_concurrent: 1,
             policy: ScoringPolicy::default(),
+            settings: TrialSettings::default(),
+            max_retries: 0,
         })
     }
 
@@ -166,6 +175,8 @@ impl EvaluationPlan {
             out_dir,
             n_concurrent: 1,
             policy: ScoringPolicy::default(),
+            settings: TrialSettings::default(),
+            max_retries: 0,
         }
     }
 }
@@ -240,6 +251,7 @@ pub async fn run_evaluation(
     let mut jobs: Vec<TrialRequest> = Vec::new();
     let mut results: Vec<TrialResult> = Vec::new();
     let agent = Arc::new(plan.agent.clone());
+    let settings = Arc::new(plan.settings.clone());
     for pt in &plan.tasks {
         let snap = snap_root.join(&pt.name);
         let loaded = prepare_task(pt, &snap);
@@ -255,6 +267,7 @@ pub async fn run_evaluation(
                         repetition: rep,
                         agent: agent.clone(),
                         trial_dir,
+                        settings: settings.clone(),
                     });
                 }
                 Err(e) => {

@@ -44,6 +44,7 @@ impl Engine for NoopEngine {
                     ..TrialLogs::default()
                 },
                 isolation: None,
+                usage: None,
             }
         })
     }
