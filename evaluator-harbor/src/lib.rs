@@ -16,5 +16,6 @@ pub mod result;
 pub mod signals;
 pub mod split;
 pub mod task;
+pub mod trajectory;
 
 pub use error::{Error, ErrorKind, Result};

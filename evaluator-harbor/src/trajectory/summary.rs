@@ -1,0 +1,1 @@
+//! A bounded text view of a trajectory, for operators and the viewer.
