@@ -43,7 +43,9 @@ pub enum TimeoutOwner {
 pub struct TrialError {
     /// Snake-case class: `reward_missing`, `reward_empty`, `reward_invalid`, `reward_non_finite`,
     /// `agent_timeout`, `verifier_timeout`, `invalid_task`, `digest_mismatch`, `unsupported_task`,
-    /// `invalid_agent`, `engine_error`, `cancelled`.
+    /// `invalid_agent`, `engine_error`, `cancelled`, `quota_exceeded`, `budget_exhausted` (the
+    /// experiment's budget ran out while the agent called its model: not the candidate's
+    /// fault, never retried, and the lifecycle stops the run).
     pub kind: String,
     pub message: String,
 }
@@ -84,6 +86,38 @@ pub struct TrialLogs {
     pub agent_dir: PathBuf,
     /// Copy of `/logs/verifier` (reward.*, test-stdout.txt).
     pub verifier_dir: PathBuf,
+    /// The trial's ATIF trajectory (`<trial_dir>/trajectory.json`), when the agent ran under
+    /// the model gateway or wrote its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trajectory: Option<PathBuf>,
+}
+
+/// An earlier attempt of a trial that failed for a reason outside the candidate and was run
+/// again (`EvaluationPlan::max_retries`); its directory is kept as it was.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attempt {
+    pub trial_dir: PathBuf,
+    pub status: TrialStatus,
+    pub error: Option<TrialError>,
+    pub wall_time_sec: f64,
+    /// What the attempt spent (it counts toward the evaluation's cost).
+    #[serde(default)]
+    pub cost_usd: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::gateway::TrialUsage>,
+}
+
+impl Attempt {
+    pub fn of(t: &TrialResult) -> Attempt {
+        Attempt {
+            trial_dir: t.logs.trial_dir.clone(),
+            status: t.status,
+            error: t.error.clone(),
+            wall_time_sec: t.wall_time_sec,
+            cost_usd: t.cost_usd,
+            usage: t.usage.clone(),
+        }
+    }
 }
 
 /// The result of one trial.
@@ -100,9 +134,10 @@ pub struct TrialResult {
     pub reward: Option<f64>,
     /// Every reward key the verifier wrote (`{"reward": x}` for reward.txt).
     pub rewards: BTreeMap<String, f64>,
-    /// What the agent reported it spent (model calls), in USD: Harbor's
-    /// `agent_result.cost_usd`, or `$EVOLVE_AGENT_LOGS_DIR/cost.json` (`{"cost_usd": x}`) on
-    /// the local and docker engines. Self-reported by the agent's harness; finite, ≥ 0.
+    /// What the agent spent on model calls, in USD: what the model gateway metered when the
+    /// agent ran under one (`usage.usd`); otherwise what the agent reported, Harbor's
+    /// `agent_result.cost_usd` or `$EVOLVE_AGENT_LOGS_DIR/cost.json` (`{"cost_usd": x}`) on
+    /// the local and docker engines. Finite, ≥ 0.
     #[serde(default)]
     pub cost_usd: Option<f64>,
     pub error: Option<TrialError>,
@@ -114,9 +149,25 @@ pub struct TrialResult {
     /// the evaluation had no gateway). When present, `cost_usd` is its `usd`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<crate::gateway::TrialUsage>,
+    /// The earlier attempts of this trial, oldest first, when infrastructure failures made
+    /// the engine run it again; this result is the last attempt's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<Attempt>,
 }
 
 impl TrialResult {
+    /// What this trial cost, its earlier attempts included.
+    pub fn total_cost_usd(&self) -> f64 {
+        let ok = |c: &Option<f64>| c.filter(|c| c.is_finite() && *c >= 0.0).unwrap_or(0.0);
+        ok(&self.cost_usd) + self.attempts.iter().map(|a| ok(&a.cost_usd)).sum::<f64>()
+    }
+
+    /// Whether the experiment's budget ran out during this trial (or an earlier attempt).
+    pub fn budget_exhausted(&self) -> bool {
+        let hit = |e: &Option<TrialError>| e.as_ref().is_some_and(|e| e.kind == BUDGET_EXHAUSTED);
+        hit(&self.error) || self.attempts.iter().any(|a| hit(&a.error))
+    }
+
     /// A trial that never ran (or failed before a reward) with the given class.
     pub fn failed(
         task: &str,
@@ -141,9 +192,13 @@ impl TrialResult {
             logs: TrialLogs::default(),
             isolation: None,
             usage: None,
+            attempts: Vec::new(),
         }
     }
 }
+
+/// The error kind of a trial during which the experiment's budget ran out.
+pub const BUDGET_EXHAUSTED: &str = "budget_exhausted";
 
 /// The cost an agent reported in `<agent logs>/cost.json` (`{"cost_usd": x}`), if it wrote
 /// a finite, non-negative one.
@@ -329,9 +384,14 @@ pub struct EvaluationResult {
     pub task_vector: TaskVector,
     pub trials: Vec<TrialResult>,
     pub wall_time_sec: f64,
-    /// Σ of the trials' reported costs.
+    /// Σ of the trials' costs (metered by the gateway, else reported), earlier attempts
+    /// included.
     #[serde(default)]
     pub cost_usd: f64,
+    /// The experiment's budget ran out during at least one trial: the lifecycle stops the
+    /// run rather than judge a candidate on trials it could not pay for.
+    #[serde(default)]
+    pub budget_exhausted: bool,
 }
 
 /// The reward a trial contributes, if it is scoreable under `policy`.
@@ -466,13 +526,11 @@ pub fn summarize(
     };
     let score = (outcome == TrialStatus::BenchmarkComplete)
         .then(|| scoreable.iter().sum::<f64>() / expected as f64);
-    let cost_usd = trials
-        .iter()
-        .filter_map(|t| t.cost_usd)
-        .filter(|c| c.is_finite() && *c >= 0.0)
-        .sum();
+    let cost_usd = trials.iter().map(TrialResult::total_cost_usd).sum();
+    let budget_exhausted = trials.iter().any(TrialResult::budget_exhausted);
     EvaluationResult {
         cost_usd,
+        budget_exhausted,
         engine: engine.into(),
         agent: agent.into(),
         tasks,

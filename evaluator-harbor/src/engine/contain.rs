@@ -16,7 +16,10 @@
 //! Home directories, the key directory, the workspace (archive, receipts, `runs/`, git
 //! objects, the frozen evaluator), other trials, the task set and the Docker socket are not
 //! in that root at all. The phase gets new PID, IPC, UTS and (unless the task allows the
-//! network) network namespaces, no capabilities and `no_new_privs`.
+//! network) network namespaces, no capabilities and `no_new_privs`. An agent under the model
+//! gateway instead runs in the network namespace the engine made for it, entered with
+//! util-linux's `nsenter` before bwrap starts, whose only listening socket is the gateway's
+//! ([`JailNet::Enter`], [`super::reach`]).
 //!
 //! **Never host root.** When evolve itself runs as root, bwrap sets up the root with root's
 //! rights (so it can bind directories under a 0700 home) and then `setpriv` drops the phase to
@@ -107,8 +110,7 @@ pub struct Jail {
     pub binds: Vec<Bind>,
     /// The working directory inside the phase.
     pub workdir: String,
-    /// Share the host's network (the task allows it); otherwise only a loopback of its own.
-    pub network: bool,
+    pub network: JailNet,
     /// The jail's `/etc` (see [`write_etc`]).
     pub etc: PathBuf,
     /// The host's `/etc` directories bound over their mount points in it.
@@ -116,6 +118,19 @@ pub struct Jail {
     pub uid: u32,
     pub gid: u32,
     pub limits: Limits,
+}
+
+/// The network a jail's phase is in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JailNet {
+    /// The host's (the task allows the network).
+    Host,
+    /// A namespace of its own with nothing but a loopback (bwrap's `--unshare-net`).
+    Own,
+    /// The existing namespace at this path (`/proc/<pid>/fd/<n>`), entered with `nsenter`
+    /// before bwrap starts: the agent's namespace whose only listening socket is the model
+    /// gateway's (see [`super::reach`]).
+    Enter(PathBuf),
 }
 
 /// How bwrap is started on this machine.
@@ -129,6 +144,9 @@ pub struct Bubblewrap {
     /// `Some` when evolve runs as root: bwrap runs privileged and `setpriv` drops the phase
     /// to its dedicated uid.
     setpriv: Option<PathBuf>,
+    /// util-linux's `nsenter`, which puts a phase in the namespace the model gateway
+    /// listens in ([`JailNet::Enter`]); only trials with a gateway need it.
+    nsenter: Option<PathBuf>,
 }
 
 /// The first executable regular file called `name` in `dirs`.
@@ -175,6 +193,7 @@ fn probe() -> std::result::Result<Bubblewrap, String> {
         bwrap,
         prlimit,
         setpriv,
+        nsenter: find_program("nsenter"),
     };
     let dir = tempfile::tempdir().map_err(|e| format!("cannot create a probe directory: {e}"))?;
     let etc = dir.path().join("etc");
@@ -191,7 +210,7 @@ fn probe() -> std::result::Result<Bubblewrap, String> {
     let jail = Jail {
         binds: Vec::new(),
         workdir: "/".into(),
-        network: false,
+        network: JailNet::Own,
         etc,
         etc_dirs,
         uid,
@@ -301,15 +320,40 @@ impl Bubblewrap {
         self.setpriv.is_some()
     }
 
+    /// Why a phase cannot be put in an existing network namespace here ([`JailNet::Enter`]),
+    /// or `None` when it can. Joining a namespace takes `CAP_SYS_ADMIN`, which only a root
+    /// evolve has (an unprivileged bwrap makes its own user namespace, which owns none).
+    pub fn cannot_enter_netns(&self) -> Option<String> {
+        if !self.privileged() {
+            return Some(format!(
+                "evolve runs as uid {}, not root, so it cannot create the agent's network namespace",
+                rustix::process::geteuid().as_raw()
+            ));
+        }
+        if self.nsenter.is_none() {
+            return Some("nsenter (util-linux) is not installed".into());
+        }
+        None
+    }
+
     /// The full command line that runs `command` inside `jail`.
     pub fn argv(&self, jail: &Jail, command: &[String]) -> Vec<String> {
         let l = jail.limits;
-        let mut v: Vec<String> = vec![
+        let mut v: Vec<String> = Vec::new();
+        if let (JailNet::Enter(ns), Some(nsenter)) = (&jail.network, &self.nsenter) {
+            // Only the network namespace changes; bwrap then makes every other one.
+            v.extend([
+                nsenter.to_string_lossy().into_owned(),
+                format!("--net={}", ns.display()),
+                "--".into(),
+            ]);
+        }
+        v.extend([
             self.prlimit.to_string_lossy().into_owned(),
             format!("--nproc={}", l.processes),
             format!("--data={}", l.memory_bytes),
             format!("--fsize={}", l.file_bytes),
-        ];
+        ]);
         if let Some(cpu) = l.cpu_seconds {
             v.push(format!("--cpu={cpu}"));
         }
@@ -328,8 +372,13 @@ impl Bubblewrap {
         ] {
             arg(a);
         }
-        if !jail.network {
-            arg("--unshare-net");
+        match &jail.network {
+            JailNet::Host => {}
+            JailNet::Own => arg("--unshare-net"),
+            JailNet::Enter(_) if self.nsenter.is_some() => {}
+            // Never run a phase in the host's network because nsenter went missing: the
+            // caller checks `cannot_enter_netns` first, and this keeps the jail closed.
+            JailNet::Enter(_) => arg("--unshare-net"),
         }
         if self.privileged() {
             // setpriv needs these three to switch user and empty the bounding set; it then

@@ -10,6 +10,11 @@
 //! the process group is killed and the trial ends, so the container, and everything in it, is
 //! removed. The container is removed on every path: success, error, timeout, and when the trial
 //! future is dropped (Ctrl-C), through a drop guard that removes it from a helper thread.
+//!
+//! Under the model gateway, a command agent's gateway listener is bound on `127.0.0.1`
+//! inside the container's own network namespace (still `none`, so that address is all it
+//! can reach), joined through `/proc/<pid>/ns/net` of the container's first process; this
+//! needs evolve to run as root on the Docker host.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -27,6 +32,8 @@ use bollard::query_parameters::{
 use futures_util::StreamExt;
 
 use super::local::{finish_with_reward, resolve_template};
+use super::metered::{self, GatewaySession, Records, Timeouts};
+use super::reach;
 use super::{BoxFuture, Engine, TrialRequest, classify_error, failed_trial};
 use crate::agent::{AgentEntry, AgentSpec, Program};
 use crate::error::{Error, ErrorKind, Result};
@@ -392,6 +399,16 @@ impl DockerEngine {
                 "GPU tasks are not supported by the docker engine",
             ));
         }
+        let timeouts = Timeouts::of(task, &req.settings)?;
+        let gated = req.settings.gateway.is_some()
+            && matches!(req.agent.as_ref(), AgentSpec::Target(m) if matches!(m.entry, AgentEntry::Command(_)));
+        if gated && !super::contain::running_as_root() {
+            return Err(Error::infra(format!(
+                "this trial's agent reaches its model through the gateway, which the docker engine serves inside the container's own network namespace, and evolve runs as uid {}, not root, so it cannot enter it",
+                rustix::process::geteuid().as_raw()
+            ))
+            .hint("run evolve as root on the Docker host"));
+        }
         let image = self.ensure_image(req).await?;
         let guard = self.create(req, &image).await?;
         let id = guard.id.clone();
@@ -414,11 +431,13 @@ impl DockerEngine {
             error: None,
             agent_exit_code: None,
             usage: None,
+            attempts: Vec::new(),
             wall_time_sec: 0.0,
             logs: TrialLogs {
                 trial_dir: req.trial_dir.clone(),
                 agent_dir: agent_dir.clone(),
                 verifier_dir: verifier_dir.clone(),
+                trajectory: None,
             },
             isolation: Some(Isolation {
                 network: if task.config.network_allowed() {
@@ -431,6 +450,7 @@ impl DockerEngine {
                 user: "container".into(),
             }),
         };
+        let session_name = metered::attempt_name(&req.trial_dir, &result.trial_name);
         // Wait until the container answers, then prepare /logs.
         let mut ready = false;
         for _ in 0..100 {
@@ -521,12 +541,83 @@ impl DockerEngine {
                 }
             },
         };
+        env.extend(
+            req.settings
+                .agent_env
+                .iter()
+                .map(|(k, v)| format!("{k}={v}")),
+        );
+        let session = match &req.settings.gateway {
+            Some(gw) if gated => {
+                let listener = self.gateway_listener(&id).await?;
+                let s = GatewaySession::open(gw, &session_name, listener)?;
+                env.extend(s.env().into_iter().map(|(k, v)| format!("{k}={v}")));
+                Some(s)
+            }
+            _ => None,
+        };
         env.retain(|e| !e.is_empty());
-        let (code, timed_out) = self
-            .exec(&id, &cmd, None, &env, task.config.agent_timeout())
-            .await?;
-        result.agent_exit_code = code.map(|c| c as i32);
+        let ran = self.exec(&id, &cmd, None, &env, timeouts.agent).await;
         let _ = self.download(&id, "/logs/agent", &agent_dir).await;
+        // The agent's process group is gone; whatever it left behind in the container can no
+        // longer reach the gateway once this returns.
+        let metered = match session {
+            Some(s) => Some(s.close().await),
+            None => None,
+        };
+        if metered.is_some()
+            && let Some(iso) = result.isolation.as_mut()
+        {
+            iso.network = if task.config.network_allowed() {
+                "host"
+            } else {
+                "container_none:gateway_only"
+            }
+            .into();
+        }
+        let after = match ran {
+            Ok(out) => {
+                let budget_out = metered.as_ref().is_some_and(|m| m.budget_exhausted);
+                self.after_agent(&id, req, &mut result, out, budget_out, &timeouts)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = after {
+            let (status, err) = classify_error(&e);
+            result.status = status;
+            result.error = Some(err);
+        }
+        result.wall_time_sec = started.elapsed().as_secs_f64();
+        metered::conclude(
+            &mut result,
+            Records {
+                trial_dir: &req.trial_dir,
+                agent_logs: &agent_dir,
+                session: &session_name,
+                agent_name: &metered::agent_name(&req.agent),
+                instruction: &task.instruction,
+            },
+            metered.as_ref(),
+        );
+        Ok(result)
+    }
+
+    /// The agent's exit and timeout, then (unless the budget ran out, which makes the trial
+    /// unscored anyway) the verifier.
+    async fn after_agent(
+        &self,
+        id: &str,
+        req: &TrialRequest,
+        result: &mut TrialResult,
+        (code, timed_out): (Option<i64>, bool),
+        budget_out: bool,
+        timeouts: &Timeouts,
+    ) -> Result<()> {
+        let task = &req.task;
+        let agent_dir = result.logs.agent_dir.clone();
+        let verifier_dir = result.logs.verifier_dir.clone();
+        result.agent_exit_code = code.map(|c| c as i32);
         if let Some(c) = code
             && c != 0
         {
@@ -538,55 +629,91 @@ impl DockerEngine {
             result.error = Some(TrialError::new(
                 "agent_timeout",
                 format!(
-                    "agent ran past [agent].timeout_sec = {:?} s; its process group was killed and the container removed",
-                    task.config.agent.timeout_sec.unwrap_or(0.0)
+                    "agent ran past {}; its process group was killed and the container removed",
+                    timeouts.agent_text(task)
                 ),
             ));
-            result.wall_time_sec = started.elapsed().as_secs_f64();
-            result.cost_usd = crate::result::read_agent_cost(&agent_dir);
-            return Ok(result);
+            return Ok(());
+        }
+        if budget_out {
+            return Ok(());
         }
 
         // ---- verifier
         self.root(
-            &id,
+            id,
             "rm -f -- /logs/verifier/reward.txt /logs/verifier/reward.json",
         )
         .await?;
-        self.upload(&id, &task.dir.join("tests"), "/tests").await?;
-        self.root(&id, "chmod +x /tests/test.sh").await?;
+        self.upload(id, &task.dir.join("tests"), "/tests").await?;
+        self.root(id, "chmod +x /tests/test.sh").await?;
         let mut venv = Vec::new();
         for (k, v) in &task.config.verifier.env {
             let r = resolve_template(v)
                 .map_err(|m| Error::invalid_task(format!("[verifier].env.{k}: {m}")))?;
             venv.push(format!("{k}={r}"));
         }
+        venv.extend(
+            req.settings
+                .verifier_env
+                .iter()
+                .map(|(k, v)| format!("{k}={v}")),
+        );
         let (_, timed_out) = self
             .exec(
-                &id,
+                id,
                 "(/tests/test.sh) > /logs/verifier/test-stdout.txt 2>&1",
                 None,
                 &venv,
-                Some(task.config.verifier_timeout()),
+                timeouts.verifier,
             )
             .await?;
-        let _ = self.download(&id, "/logs/verifier", &verifier_dir).await;
-        result.wall_time_sec = started.elapsed().as_secs_f64();
-        result.cost_usd = crate::result::read_agent_cost(&agent_dir);
+        let _ = self.download(id, "/logs/verifier", &verifier_dir).await;
         if timed_out {
             result.status = TrialStatus::Timeout;
             result.timeout_owner = Some(TimeoutOwner::Verifier);
             result.error = Some(TrialError::new(
                 "verifier_timeout",
                 format!(
-                    "tests/test.sh ran past [verifier].timeout_sec = {} s; its process group was killed and the container removed",
-                    task.config.verifier.timeout_sec
+                    "tests/test.sh ran past {}; its process group was killed and the container removed",
+                    timeouts.verifier_text(task)
                 ),
             ));
-            return Ok(result);
+            return Ok(());
         }
-        finish_with_reward(&mut result, &verifier_dir);
-        Ok(result)
+        finish_with_reward(result, &verifier_dir);
+        Ok(())
+    }
+
+    /// A listener on `127.0.0.1` inside the container's own network namespace, for the
+    /// model gateway: reached through `/proc/<pid>` of the container's first process, which
+    /// must be the `sleep infinity` this engine started (a daemon on another machine, or in
+    /// another PID namespace, shows no such process here).
+    async fn gateway_listener(&self, id: &str) -> Result<std::net::TcpListener> {
+        let info = self
+            .docker
+            .inspect_container(id, None)
+            .await
+            .map_err(|e| docker_err("cannot inspect the container", e))?;
+        let pid = info
+            .state
+            .and_then(|s| s.pid)
+            .filter(|p| *p > 0)
+            .ok_or_else(|| Error::infra("docker: the container reports no process id"))?;
+        let ours = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| c.windows(14).any(|w| w == b"sleep infinity"));
+        if !ours {
+            return Err(Error::infra(format!(
+                "docker: the container's process {pid} is not visible in this machine's /proc, so the model gateway cannot listen inside the container"
+            ))
+            .hint("run evolve on the Docker host itself (not against a remote or rootless daemon), as root"));
+        }
+        reach::inside(Path::new(&format!("/proc/{pid}/ns/net"))).map_err(|e| {
+            Error::infra(format!(
+                "docker: cannot listen inside the container's network namespace for the model gateway: {e}"
+            ))
+            .hint("the docker engine's model gateway needs evolve to run as root on the Docker host")
+        })
     }
 }
 

@@ -188,6 +188,7 @@ pub fn parse_trial_result(path: &Path, task: &str, repetition: u32) -> Result<Tr
         agent_dir: trial_dir.join("agent"),
         verifier_dir: trial_dir.join("verifier"),
         trial_dir,
+        trajectory: None,
     };
     r.isolation = Some(Isolation {
         network: "harbor".into(),

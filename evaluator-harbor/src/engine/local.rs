@@ -13,6 +13,12 @@
 //! An agent timeout ends the trial (status `timeout`, owner agent; the verifier is skipped);
 //! so does an agent over its storage cap (`quota_exceeded`, nothing over the cap is kept).
 //!
+//! Under the model gateway (`TrialSettings::gateway`), a command agent's phase runs in a
+//! network namespace of its own whose only listening socket is the gateway's
+//! ([`super::reach`]); the gateway is opened before the phase and closed after it on every
+//! path, and what it metered is recorded by [`super::metered::conclude`]. WASI components
+//! and the oracle get no gateway.
+//!
 //! Only on an explicit opt-in ([`LocalEngine::unconfined`]) does a trial run on the host, with
 //! the virtual paths rewritten to the trial's folders in scripts and environment values.
 
@@ -22,12 +28,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use super::contain::{self, Bind, Bubblewrap, Jail, Limits, SandboxUser, bubblewrap, unavailable};
+use super::contain::{
+    self, Bind, Bubblewrap, Jail, JailNet, Limits, SandboxUser, bubblewrap, unavailable,
+};
+use super::metered::{self, GatewaySession, Records, Timeouts};
 use super::process::{Confinement, DiskQuota, PhaseOutcome, PhaseSpec, run_phase};
+use super::reach::{self, AgentNetwork};
 use super::rewrite::{PathMap, copy_rewritten};
 use super::{BoxFuture, Engine, TrialRequest, classify_error, failed_trial};
 use crate::agent::{AgentEntry, AgentSpec, Program};
 use crate::error::{Error, ErrorKind};
+use crate::gateway::TrialModelLog;
 use crate::result::{
     Isolation, TimeoutOwner, TrialError, TrialLogs, TrialResult, TrialStatus, parse_reward_dir,
     reward_from_map,
@@ -468,6 +479,8 @@ struct Phase {
     binds: Vec<Bind>,
     /// The directories it may write (counted against the storage cap).
     writes: Vec<PathBuf>,
+    /// The network namespace to run in (the model gateway's), instead of a fresh one.
+    netns: Option<PathBuf>,
 }
 
 impl Trial<'_> {
@@ -538,7 +551,11 @@ impl Trial<'_> {
                 jail: Box::new(Jail {
                     binds: p.binds,
                     workdir: self.workdir.clone(),
-                    network: !self.deny_net,
+                    network: match (self.deny_net, p.netns) {
+                        (false, _) => JailNet::Host,
+                        (true, None) => JailNet::Own,
+                        (true, Some(ns)) => JailNet::Enter(ns),
+                    },
                     etc: self.l.etc.clone(),
                     etc_dirs: self.etc_dirs.clone(),
                     uid: user.uid,
@@ -576,10 +593,15 @@ impl Trial<'_> {
 }
 
 impl LocalEngine {
-    fn isolation(&self, mode: &Mode, deny_net: bool, filesystem: &str) -> Isolation {
+    fn isolation(&self, mode: &Mode, deny_net: bool, filesystem: &str, gateway: bool) -> Isolation {
         match mode {
             Mode::Contained { user, bwrap } => Isolation {
-                network: if deny_net { "namespace" } else { "host" }.into(),
+                network: match (deny_net, gateway) {
+                    (true, true) => "namespace:gateway_only",
+                    (true, false) => "namespace",
+                    (false, _) => "host",
+                }
+                .into(),
                 processes: "pid_namespace".into(),
                 filesystem: filesystem.into(),
                 user: if bwrap.privileged() {
@@ -633,7 +655,20 @@ impl LocalEngine {
             .hint("run it with --engine docker or --engine harbor"));
         }
         let deny_net = self.always_deny_network || !task.config.network_allowed();
+        let timeouts = Timeouts::of(task, &req.settings)?;
         let mode = self.mode(req)?;
+        let gated = req.settings.gateway.is_some()
+            && matches!(req.agent.as_ref(), AgentSpec::Target(m) if matches!(m.entry, AgentEntry::Command(_)));
+        if gated
+            && deny_net
+            && let Mode::Contained { bwrap, .. } = &mode
+            && let Some(why) = bwrap.cannot_enter_netns()
+        {
+            return Err(Error::infra(format!(
+                "this trial's agent reaches its model through the gateway, which the local engine serves inside the agent's own network namespace (the only address it can reach), and {why}"
+            ))
+            .hint("run evolve as root with util-linux's nsenter installed, or use the docker engine; unconfined trials (an explicit opt-in) reach the gateway on the host's 127.0.0.1"));
+        }
         // Absolute: the jail's binds (and an unconfined trial's rewritten scripts) name
         // these folders from another working directory (`tasks run --out out`).
         let trial_dir = std::path::absolute(&req.trial_dir)
@@ -714,9 +749,11 @@ impl LocalEngine {
                 trial_dir: req.trial_dir.clone(),
                 agent_dir: l.agent_logs.clone(),
                 verifier_dir: l.verifier_logs.clone(),
+                trajectory: None,
             },
             isolation: None,
             usage: None,
+            attempts: Vec::new(),
         };
 
         // ---- agent phase
@@ -725,6 +762,8 @@ impl LocalEngine {
         } else {
             "unconfined"
         };
+        let session_name = metered::attempt_name(&trial_dir, &result.trial_name);
+        let mut metered: Option<TrialModelLog> = None;
         let agent_writes = vec![l.app.clone(), l.agent_logs.clone(), l.tmp.clone()];
         let mut agent_binds = trial.app_binds();
         agent_binds.push(Bind {
@@ -747,6 +786,9 @@ impl LocalEngine {
                 for (k, v) in resolve_env(&task.config.solution.env, &paths, "[solution].env")? {
                     set_env(&mut e, &k, v);
                 }
+                for (k, v) in &req.settings.agent_env {
+                    set_env(&mut e, k, v.clone());
+                }
                 agent_binds.push(Bind {
                     host: l.solution.clone(),
                     at: "/solution".into(),
@@ -760,10 +802,11 @@ impl LocalEngine {
                         ],
                         env: e,
                         stdin: None,
-                        timeout: task.config.agent_timeout(),
+                        timeout: timeouts.agent,
                         log: l.agent_logs.join("oracle.txt"),
                         binds: agent_binds,
                         writes: agent_writes,
+                        netns: None,
                     })
                     .await
                     .map_err(|e| Error::infra(format!("cannot run solve.sh: {e}")))?;
@@ -797,38 +840,62 @@ impl LocalEngine {
                     if task.instruction.len() <= 100_000 {
                         set_env(&mut e, "EVOLVE_INSTRUCTION", task.instruction.clone());
                     }
+                    // The recipe's passed-through variables, then the gateway's: neither is
+                    // the candidate's to override.
+                    for (k, v) in &req.settings.agent_env {
+                        set_env(&mut e, k, v.clone());
+                    }
                     agent_binds.push(Bind {
                         host: m.dir.clone(),
                         at: "/agent".into(),
                         writable: false,
                     });
+                    let (session, net) = match &req.settings.gateway {
+                        Some(gw) => {
+                            let (net, listener) = gateway_listener(&trial)?;
+                            let s = GatewaySession::open(gw, &session_name, listener)?;
+                            for (k, v) in s.env() {
+                                set_env(&mut e, &k, v);
+                            }
+                            (Some(s), net)
+                        }
+                        None => (None, None),
+                    };
                     let program = argv[0].clone();
-                    let o = trial
+                    let ran = trial
                         .run(Phase {
                             argv,
                             env: e,
                             stdin: Some(task.instruction.clone().into_bytes()),
-                            timeout: task.config.agent_timeout(),
+                            timeout: timeouts.agent,
                             log: l.agent_logs.join("agent.txt"),
                             binds: agent_binds,
                             writes: agent_writes,
+                            netns: net.as_ref().map(AgentNetwork::path),
                         })
-                        .await
-                        .map_err(|e| {
-                            Error::new(
-                                ErrorKind::InvalidAgent,
-                                format!("cannot start agent command {program:?}: {e}"),
-                            )
-                        })?;
+                        .await;
+                    // Every process of the phase is gone: nothing can call the gateway now.
+                    if let Some(s) = session {
+                        metered = Some(s.close().await);
+                    }
+                    drop(net);
+                    let o = ran.map_err(|e| {
+                        Error::new(
+                            ErrorKind::InvalidAgent,
+                            format!("cannot start agent command {program:?}: {e}"),
+                        )
+                    })?;
                     (o.exit_code, o.timed_out, o.over_quota)
                 }
                 AgentEntry::Component { path, bytes } => {
                     fs_iso = "wasi_preopens";
+                    let mut component_env = m.env.clone();
+                    component_env.extend(req.settings.agent_env.iter().cloned());
                     let o = super::wasi::run_component(
                         super::wasi::ComponentAgent {
                             name: path,
                             bytes: bytes.clone(),
-                            env: &m.env,
+                            env: &component_env,
                             agent_dir: &m.dir,
                             memory_bytes: task
                                 .config
@@ -841,7 +908,7 @@ impl LocalEngine {
                         &task.instruction,
                         &l.app,
                         &l.agent_logs,
-                        task.config.agent_timeout(),
+                        timeouts.agent,
                         self.output_cap,
                     )
                     .await?;
@@ -851,7 +918,7 @@ impl LocalEngine {
                 }
             },
         };
-        result.isolation = Some(self.isolation(&trial.mode, deny_net, fs_iso));
+        result.isolation = Some(self.isolation(&trial.mode, deny_net, fs_iso, metered.is_some()));
         result.agent_exit_code = agent_out.0;
         if let Some(c) = agent_out.0
             && c != 0
@@ -862,6 +929,54 @@ impl LocalEngine {
                 format!("{c}\n").as_bytes(),
             );
         }
+        let budget_out = metered.as_ref().is_some_and(|m| m.budget_exhausted);
+        if let Err(e) = self
+            .after_agent(
+                &trial,
+                req,
+                &mut result,
+                agent_out,
+                budget_out,
+                &timeouts,
+                &paths,
+                &env,
+            )
+            .await
+        {
+            let (status, err) = classify_error(&e);
+            result.status = status;
+            result.error = Some(err);
+        }
+        result.wall_time_sec = started.elapsed().as_secs_f64();
+        metered::conclude(
+            &mut result,
+            Records {
+                trial_dir: &trial_dir,
+                agent_logs: &l.agent_logs,
+                session: &session_name,
+                agent_name: &metered::agent_name(&req.agent),
+                instruction: &task.instruction,
+            },
+            metered.as_ref(),
+        );
+        Ok(result)
+    }
+
+    /// What follows the agent phase: its quota and timeout, then (unless the budget ran out,
+    /// which makes the trial unscored anyway) the verifier.
+    #[allow(clippy::too_many_arguments)]
+    async fn after_agent(
+        &self,
+        trial: &Trial<'_>,
+        req: &TrialRequest,
+        result: &mut TrialResult,
+        agent_out: (Option<i32>, bool, Option<String>),
+        budget_out: bool,
+        timeouts: &Timeouts,
+        paths: &PathMap,
+        env: &[(String, String)],
+    ) -> Result<(), Error> {
+        let (task, l) = (trial.task, &trial.l);
         if let Some(why) = agent_out.2 {
             // Nothing over the quota is kept.
             empty_dir(&l.app);
@@ -871,8 +986,7 @@ impl LocalEngine {
                 "quota_exceeded",
                 format!("the agent {why} and was killed"),
             ));
-            result.wall_time_sec = started.elapsed().as_secs_f64();
-            return Ok(result);
+            return Ok(());
         }
         if agent_out.1 {
             result.status = TrialStatus::Timeout;
@@ -880,28 +994,32 @@ impl LocalEngine {
             result.error = Some(TrialError::new(
                 "agent_timeout",
                 format!(
-                    "agent ran past [agent].timeout_sec = {:?} s and was killed",
-                    task.config.agent.timeout_sec.unwrap_or(0.0)
+                    "agent ran past {} and was killed",
+                    timeouts.agent_text(task)
                 ),
             ));
-            result.wall_time_sec = started.elapsed().as_secs_f64();
-            result.cost_usd = crate::result::read_agent_cost(&l.agent_logs);
-            return Ok(result);
+            return Ok(());
+        }
+        if budget_out {
+            return Ok(());
         }
 
         // ---- verifier phase: tests/ appears only now.
         let _ = std::fs::remove_dir_all(&l.solution);
         let _ = std::fs::remove_file(l.verifier_logs.join("reward.txt"));
         let _ = std::fs::remove_file(l.verifier_logs.join("reward.json"));
-        copy_rewritten(&task.dir.join("tests"), &l.tests, &paths)
+        copy_rewritten(&task.dir.join("tests"), &l.tests, paths)
             .map_err(|e| Error::infra(format!("cannot stage tests/: {e}")))?;
         if let Mode::Contained { user, .. } = &trial.mode {
             user.own(&l.tests)
                 .map_err(|e| Error::io("cannot hand tests/ to the sandbox user", &l.tests, e))?;
         }
-        let mut e = env.clone();
-        for (k, v) in resolve_env(&task.config.verifier.env, &paths, "[verifier].env")? {
+        let mut e = env.to_vec();
+        for (k, v) in resolve_env(&task.config.verifier.env, paths, "[verifier].env")? {
             set_env(&mut e, &k, v);
+        }
+        for (k, v) in &req.settings.verifier_env {
+            set_env(&mut e, k, v.clone());
         }
         let mut binds = trial.app_binds();
         binds.extend([
@@ -929,7 +1047,7 @@ impl LocalEngine {
                 ],
                 env: e,
                 stdin: None,
-                timeout: Some(task.config.verifier_timeout()),
+                timeout: timeouts.verifier,
                 log: l.verifier_logs.join("test-stdout.txt"),
                 binds,
                 writes: vec![
@@ -938,11 +1056,10 @@ impl LocalEngine {
                     l.verifier_logs.clone(),
                     l.tmp.clone(),
                 ],
+                netns: None,
             })
             .await
             .map_err(|e| Error::infra(format!("cannot run tests/test.sh: {e}")))?;
-        result.wall_time_sec = started.elapsed().as_secs_f64();
-        result.cost_usd = crate::result::read_agent_cost(&l.agent_logs);
         if let Some(why) = o.over_quota {
             empty_dir(&l.app);
             empty_dir(&l.tmp);
@@ -951,7 +1068,7 @@ impl LocalEngine {
                 "quota_exceeded",
                 format!("tests/test.sh {why} and was killed"),
             ));
-            return Ok(result);
+            return Ok(());
         }
         if o.timed_out {
             result.status = TrialStatus::Timeout;
@@ -959,15 +1076,37 @@ impl LocalEngine {
             result.error = Some(TrialError::new(
                 "verifier_timeout",
                 format!(
-                    "tests/test.sh ran past [verifier].timeout_sec = {} s and was killed",
-                    task.config.verifier.timeout_sec
+                    "tests/test.sh ran past {} and was killed",
+                    timeouts.verifier_text(task)
                 ),
             ));
-            return Ok(result);
+            return Ok(());
         }
-        finish_with_reward(&mut result, &l.verifier_logs);
-        Ok(result)
+        finish_with_reward(result, &l.verifier_logs);
+        Ok(())
     }
+}
+
+/// The gateway's listener for `trial`'s agent: inside a namespace of its own when the jail
+/// denies the network; on the host's loopback when the agent shares the host's network
+/// anyway (an unconfined trial, a task that allows the network).
+fn gateway_listener(
+    trial: &Trial<'_>,
+) -> Result<(Option<AgentNetwork>, std::net::TcpListener), Error> {
+    if trial.contained() && trial.deny_net {
+        let (net, listener) = reach::isolated().map_err(|e| {
+            Error::infra(format!(
+                "cannot make the agent's network namespace for the model gateway: {e}"
+            ))
+        })?;
+        return Ok((Some(net), listener));
+    }
+    let listener = reach::host_loopback().map_err(|e| {
+        Error::infra(format!(
+            "cannot listen on 127.0.0.1 for the model gateway: {e}"
+        ))
+    })?;
+    Ok((None, listener))
 }
 
 /// A command agent's program named without a `/` must be an executable on the trial's

@@ -4,7 +4,9 @@ pub mod contain;
 pub mod docker;
 pub mod harbor;
 pub mod local;
+pub mod metered;
 pub mod process;
+pub mod reach;
 pub mod rewrite;
 pub mod wasi;
 
@@ -290,24 +292,10 @@ pub async fn run_evaluation(
     for req in jobs {
         let engine = engine.clone();
         let sem = sem.clone();
+        let retries = plan.max_retries;
         set.spawn(async move {
             let _permit = sem.acquire_owned().await;
-            if let Err(e) = std::fs::create_dir_all(&req.trial_dir) {
-                return failed_trial(
-                    &req,
-                    engine.name(),
-                    TrialStatus::InfrastructureFailed,
-                    TrialError::new(
-                        "engine_error",
-                        format!("cannot create trial dir {}: {e}", req.trial_dir.display()),
-                    ),
-                );
-            }
-            let r = engine.run_trial(&req).await;
-            if let Ok(json) = serde_json::to_vec_pretty(&r) {
-                let _ = std::fs::write(req.trial_dir.join("result.json"), json);
-            }
-            r
+            run_attempts(engine.as_ref(), req, retries).await
         });
     }
     while let Some(j) = set.join_next().await {
@@ -346,6 +334,81 @@ pub async fn run_evaluation(
         let _ = std::fs::write(plan.out_dir.join("evaluation.json"), json);
     }
     r
+}
+
+/// Error kinds of infrastructure failures that running the trial again cannot change: the
+/// task itself is wrong, or the budget is gone.
+const NOT_RETRIED: &[&str] = &[
+    crate::result::BUDGET_EXHAUSTED,
+    "invalid_task",
+    "digest_mismatch",
+    "unsupported_task",
+];
+
+/// Whether `t` failed for a reason outside the candidate that another attempt may not meet.
+pub fn retryable(t: &TrialResult) -> bool {
+    t.status == TrialStatus::InfrastructureFailed
+        && !t
+            .error
+            .as_ref()
+            .is_some_and(|e| NOT_RETRIED.contains(&e.kind.as_str()))
+}
+
+/// Where attempt `k` (from 1) of the trial first run in `first` goes: `<name>.retry-<k>`
+/// beside it, so every attempt stays on disk.
+pub fn retry_dir(first: &Path, k: u32) -> PathBuf {
+    let name = first
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    first.with_file_name(format!("{name}.retry-{k}"))
+}
+
+/// Run one trial, and again (up to `max_retries` more times) while it fails in a way
+/// [`retryable`] allows; the last attempt's result lists the earlier ones.
+async fn run_attempts(engine: &dyn Engine, first: TrialRequest, max_retries: u32) -> TrialResult {
+    let mut earlier = Vec::new();
+    let mut k = 0;
+    loop {
+        let mut req = first.clone();
+        if k > 0 {
+            req.trial_dir = retry_dir(&first.trial_dir, k);
+        }
+        let mut r = run_attempt(engine, &req).await;
+        if k < max_retries && retryable(&r) {
+            earlier.push(crate::result::Attempt::of(&r));
+            k += 1;
+            continue;
+        }
+        if !earlier.is_empty() {
+            r.attempts = earlier;
+            write_result(&req.trial_dir, &r);
+        }
+        return r;
+    }
+}
+
+async fn run_attempt(engine: &dyn Engine, req: &TrialRequest) -> TrialResult {
+    if let Err(e) = std::fs::create_dir_all(&req.trial_dir) {
+        return failed_trial(
+            req,
+            engine.name(),
+            TrialStatus::InfrastructureFailed,
+            TrialError::new(
+                "engine_error",
+                format!("cannot create trial dir {}: {e}", req.trial_dir.display()),
+            ),
+        );
+    }
+    let r = engine.run_trial(req).await;
+    write_result(&req.trial_dir, &r);
+    r
+}
+
+fn write_result(trial_dir: &Path, r: &TrialResult) {
+    if let Ok(json) = serde_json::to_vec_pretty(r) {
+        let _ = std::fs::write(trial_dir.join("result.json"), json);
+    }
 }
 
 fn prepare_task(pt: &PlannedTask, snap: &Path) -> crate::Result<Arc<Task>> {
