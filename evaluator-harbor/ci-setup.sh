@@ -4,9 +4,13 @@
 # Idempotent; safe to run on every CI run.
 #   - busybox-static + bash-static: the offline Docker base image (FROM scratch, see
 #     testdata/build-base-image.sh), loaded with `docker import`;
+#   - python3 (Debian's /usr/bin/python3): the stdlib-only test agents that call the model
+#     gateway, on the local engine and in the image testdata/build-python-image.sh builds
+#     from it;
 #   - bubblewrap (bwrap): the local engine's sandbox for every trial phase; util-linux
-#     (prlimit, which sets a phase's limits, and setpriv, which drops it to its dedicated
-#     uid) is part of Debian;
+#     (prlimit, which sets a phase's limits, setpriv, which drops it to its dedicated
+#     uid, and nsenter, which puts an agent in the network namespace of its model gateway)
+#     is part of Debian;
 #   - a Python >= 3.12 venv with `harbor` from PyPI under /var/cache/evolve-ci/harbor-venv, for
 #     the harbor-engine test (uses pyenv's 3.12 when the system python3 is older).
 set -euo pipefail
@@ -18,7 +22,8 @@ need_apt=()
 [ -x /bin/busybox ] || need_apt+=(busybox-static)
 [ -x /bin/bash-static ] || need_apt+=(bash-static)
 command -v bwrap >/dev/null || need_apt+=(bubblewrap)
-{ command -v setpriv && command -v prlimit; } >/dev/null || need_apt+=(util-linux)
+{ command -v setpriv && command -v prlimit && command -v nsenter; } >/dev/null || need_apt+=(util-linux)
+[ -x /usr/bin/python3 ] || need_apt+=(python3)
 if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
@@ -47,6 +52,7 @@ fi
 # The offline Docker base image.
 if docker info >/dev/null 2>&1; then
   bash "$here/testdata/build-base-image.sh"
+  bash "$here/testdata/build-python-image.sh"
 else
   echo "ci-setup: Docker daemon not reachable; the Docker tests will fail under CI=true" >&2
 fi

@@ -7,38 +7,10 @@ use std::time::Duration;
 
 use common::*;
 use evaluator_harbor::agent::{AgentManifest, AgentSpec};
-use evaluator_harbor::engine::docker::{DockerEngine, TRIAL_LABEL, extract_safely};
+use evaluator_harbor::engine::docker::{TRIAL_LABEL, extract_safely};
 use evaluator_harbor::engine::local::LocalEngine;
 use evaluator_harbor::engine::{Engine, EvaluationPlan, NoProgress, run_evaluation};
 use evaluator_harbor::result::{TimeoutOwner, TrialStatus};
-
-/// Docker + base image, or None (skip) outside CI.
-async fn docker() -> Option<Arc<DockerEngine>> {
-    let ok = Command::new("docker")
-        .arg("info")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            !ci(),
-            "CI=true but `docker info` fails: the Docker tests are required in CI"
-        );
-        eprintln!("SKIP: Docker daemon not available (`docker info` failed)");
-        return None;
-    }
-    let st = Command::new("bash")
-        .arg(testdata().join("build-base-image.sh"))
-        .status()
-        .unwrap();
-    if !st.success() {
-        assert!(!ci(), "CI=true but the base image could not be built");
-        eprintln!("SKIP: cannot build the base image (see build-base-image.sh output)");
-        return None;
-    }
-    Some(Arc::new(
-        DockerEngine::connect().await.expect("daemon answers"),
-    ))
-}
 
 fn containers_labelled(trial: &str) -> Vec<String> {
     let o = Command::new("docker")

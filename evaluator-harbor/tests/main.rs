@@ -8,5 +8,7 @@ mod common;
 mod docker;
 mod harbor;
 mod local;
+mod model_gateway;
+mod protocol;
 mod splits;
 mod wasi;

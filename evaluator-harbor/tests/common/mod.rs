@@ -1,9 +1,12 @@
 #![allow(dead_code)]
+pub mod gateway;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use evaluator_harbor::agent::AgentSpec;
+use evaluator_harbor::engine::docker::DockerEngine;
 use evaluator_harbor::engine::{Engine, EvaluationPlan, NoProgress, run_evaluation};
 use evaluator_harbor::result::EvaluationResult;
 
@@ -121,4 +124,38 @@ pub fn vector_summary(r: &EvaluationResult) -> Vec<(String, Vec<String>)> {
             )
         })
         .collect()
+}
+
+/// The image the Python test agents run in on the docker engine (testdata/build-python-image.sh).
+pub const PYTHON_IMAGE: &str = "evolve-harbor-test-python:1";
+
+/// Docker with the test images, or None (skip, with the reason) outside CI; with CI=true a
+/// missing daemon or image fails the test instead.
+pub async fn docker() -> Option<Arc<DockerEngine>> {
+    let ok = std::process::Command::new("docker")
+        .arg("info")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            !ci(),
+            "CI=true but `docker info` fails: the Docker tests are required in CI"
+        );
+        eprintln!("SKIP: Docker daemon not available (`docker info` failed)");
+        return None;
+    }
+    for script in ["build-base-image.sh", "build-python-image.sh"] {
+        let st = std::process::Command::new("bash")
+            .arg(testdata().join(script))
+            .status()
+            .unwrap();
+        if !st.success() {
+            assert!(!ci(), "CI=true but {script} could not build its image");
+            eprintln!("SKIP: {script} cannot build its image (see its output)");
+            return None;
+        }
+    }
+    Some(Arc::new(
+        DockerEngine::connect().await.expect("daemon answers"),
+    ))
 }
