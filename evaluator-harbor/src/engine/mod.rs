@@ -405,9 +405,14 @@ async fn run_attempt(engine: &dyn Engine, req: &TrialRequest) -> TrialResult {
     r
 }
 
+/// Write `result.json` through a rename, so that a process killed mid-write leaves the
+/// old file or none, never a truncated one: a resume reuses trials whose result parses.
 fn write_result(trial_dir: &Path, r: &TrialResult) {
     if let Ok(json) = serde_json::to_vec_pretty(r) {
-        let _ = std::fs::write(trial_dir.join("result.json"), json);
+        let tmp = trial_dir.join(".result.json.tmp");
+        if std::fs::write(&tmp, json).is_ok() {
+            let _ = std::fs::rename(&tmp, trial_dir.join("result.json"));
+        }
     }
 }
 
