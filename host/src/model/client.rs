@@ -17,7 +17,25 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Largest response body read from the provider.
-const MAX_BODY_BYTES: usize = 16 << 20;
+pub(crate) const MAX_BODY_BYTES: usize = 16 << 20;
+
+type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// The pooled HTTP(S) client: rustls with the bundled Mozilla roots, HTTP/1.
+fn new_http(block: &str) -> Result<HttpClient, ModelConfigError> {
+    let mut tcp = HttpConnector::new();
+    tcp.enforce_http(false);
+    // A request is written as headers and body: without this, Nagle's algorithm can
+    // hold the body back for a delayed ACK (tens of ms on a local server).
+    tcp.set_nodelay(true);
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
+        .map_err(|e| ModelConfigError::new(format!("{block}.endpoint"), format!("TLS setup: {e}")))?
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(tcp);
+    Ok(Client::builder(TokioExecutor::new()).build(connector))
+}
 /// Longest provider message passed on in an error text.
 const MAX_MESSAGE_CHARS: usize = 300;
 
@@ -32,12 +50,13 @@ struct Inner {
     config: ModelConfig,
     url: hyper::Uri,
     authorization: Option<HeaderValue>,
-    http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    http: HttpClient,
     redactor: Redactor,
     /// How calls through every scope have ended, for the run's early stop.
     health: std::sync::Mutex<Health>,
-    /// Where reservations of calls in flight are written, when the lifecycle keeps one.
-    ledger: std::sync::OnceLock<SpendLedger>,
+    /// Where reservations of calls in flight are written, when the lifecycle keeps one;
+    /// shared with the clients made by [`ModelClient::sharing`].
+    ledger: Arc<std::sync::OnceLock<SpendLedger>>,
 }
 
 /// How the experiment's model calls have ended so far (every scope counted): the
@@ -77,14 +96,41 @@ impl ModelClient {
         config: ModelConfig,
         api_key: Option<String>,
     ) -> Result<Self, ModelConfigError> {
+        Self::build(config, api_key, None)
+    }
+
+    /// A client for another endpoint (the agent's model, `evaluator.model`) with the key
+    /// in its own `api_key_env`, sharing this one's connection pool and spend ledger, so
+    /// the operators' calls and the agent's are written to one ledger.
+    pub fn sharing(&self, config: ModelConfig) -> Result<Self, ModelConfigError> {
+        let key = std::env::var(&config.api_key_env).ok();
+        self.sharing_with_api_key(config, key)
+    }
+
+    /// [`sharing`](Self::sharing) with an explicit key.
+    pub fn sharing_with_api_key(
+        &self,
+        config: ModelConfig,
+        api_key: Option<String>,
+    ) -> Result<Self, ModelConfigError> {
+        let shared = (self.inner.http.clone(), self.inner.ledger.clone());
+        Self::build(config, api_key, Some(shared))
+    }
+
+    fn build(
+        config: ModelConfig,
+        api_key: Option<String>,
+        shared: Option<(HttpClient, Arc<std::sync::OnceLock<SpendLedger>>)>,
+    ) -> Result<Self, ModelConfigError> {
         config.validate()?;
-        let parts = endpoint_parts(&config.endpoint)?;
+        let block = config.block;
+        let parts = endpoint_parts(&config.endpoint, block)?;
         let key = api_key
             .map(|k| k.trim().to_string())
             .filter(|k| !k.is_empty());
         if key.is_some() && !parts.https && !parts.is_loopback() {
             return Err(ModelConfigError::new(
-                "model.endpoint",
+                format!("{block}.endpoint"),
                 format!(
                     "is plain http to a host other than this machine, and the key in {} would \
                      cross the network unencrypted: use https, or unset the key (or point \
@@ -98,7 +144,7 @@ impl ModelClient {
             Some(key) => {
                 let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
                     ModelConfigError::new(
-                        "model.api_key_env",
+                        format!("{block}.api_key_env"),
                         format!("{} holds characters a key cannot have", config.api_key_env),
                     )
                 })?;
@@ -109,14 +155,11 @@ impl ModelClient {
         let url: hyper::Uri = config
             .completions_url()
             .parse()
-            .map_err(|_| ModelConfigError::new("model.endpoint", "is not a URL"))?;
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
-            .map_err(|e| ModelConfigError::new("model.endpoint", format!("TLS setup: {e}")))?
-            .https_or_http()
-            .enable_http1()
-            .build();
-        let http = Client::builder(TokioExecutor::new()).build(connector);
+            .map_err(|_| ModelConfigError::new(format!("{block}.endpoint"), "is not a URL"))?;
+        let (http, ledger) = match shared {
+            Some(shared) => shared,
+            None => (new_http(block)?, Default::default()),
+        };
         let endpoint = config.endpoint.trim_end_matches('/').to_string();
         let redactor = Redactor::new(
             key.as_deref(),
@@ -135,7 +178,7 @@ impl ModelClient {
                 http,
                 redactor,
                 health: Default::default(),
-                ledger: Default::default(),
+                ledger,
             }),
         })
     }
@@ -192,6 +235,7 @@ impl ModelClient {
         let config = &self.inner.config;
         let url = format!("{}/models", config.endpoint.trim_end_matches('/'));
         let fail = |cause: ProbeCause| ProbeError {
+            block: config.block,
             endpoint: config.endpoint.clone(),
             api_key_env: config.api_key_env.clone(),
             cause,
@@ -285,12 +329,15 @@ impl ModelClient {
         };
         let json: Option<Value> = serde_json::from_slice(&body).ok();
         match status {
-            200..=299 => match json.as_ref().and_then(parse_completion) {
-                Some((content, usage)) => Attempt::Ok {
-                    status,
-                    content,
-                    usage,
-                },
+            // Bytes that are not JSON at all are a transport fault (a proxy's garbled or
+            // truncated answer), worth another attempt; JSON of the wrong shape is not.
+            200..=299 if json.is_none() => Attempt::Retry {
+                status: Some(status),
+                reason: "the provider's answer is not JSON".into(),
+                retry_after: None,
+            },
+            200..=299 => match json.and_then(Completion::parse) {
+                Some(completion) => Attempt::Ok { status, completion },
                 None => Attempt::Failed {
                     status: Some(status),
                     reason: "the provider's answer is not a chat completion".into(),
@@ -340,6 +387,8 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// (not secret to the host) and the key's variable, never the key.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProbeError {
+    /// The recipe block of the endpoint (`model` or `evaluator.model`).
+    pub block: &'static str,
     pub endpoint: String,
     pub api_key_env: String,
     pub cause: ProbeCause,
@@ -361,7 +410,7 @@ pub enum ProbeCause {
 
 impl fmt::Display for ProbeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let at = format!("model.endpoint `{}`", self.endpoint);
+        let at = format!("{}.endpoint `{}`", self.block, self.endpoint);
         match &self.cause {
             ProbeCause::Unreachable(why) => {
                 write!(f, "{at}: the model provider is unreachable: {why}")
@@ -384,8 +433,8 @@ impl fmt::Display for ProbeError {
                 key_sent: false,
             } => write!(
                 f,
-                "{at} wants a key (HTTP {status}), and {} is not set (model.api_key_env names the variable)",
-                self.api_key_env
+                "{at} wants a key (HTTP {status}), and {} is not set ({}.api_key_env names the variable)",
+                self.api_key_env, self.block
             ),
             ProbeCause::NotAUrl => write!(f, "{at}: is not a URL"),
         }
@@ -413,31 +462,52 @@ fn connect_cause(e: &hyper_util::client::legacy::Error) -> String {
     "could not connect (DNS, network or TLS failure)".into()
 }
 
-/// The content and (prompt, completion) tokens of an OpenAI chat completion.
-fn parse_completion(json: &Value) -> Option<(String, Option<(u64, u64)>)> {
-    let message = json.get("choices")?.get(0)?.get("message")?;
-    let content = match message.get("content") {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Null) | None => String::new(),
-        Some(_) => return None,
-    };
-    let usage = json.get("usage").and_then(|u| {
-        Some((
-            u.get("prompt_tokens")?.as_u64()?,
-            u.get("completion_tokens")?.as_u64()?,
-        ))
-    });
-    Some((content, usage))
+/// An OpenAI chat completion as the provider sent it.
+pub(crate) struct Completion {
+    /// The whole answer (the gateway relays it to the agent).
+    pub json: Value,
+    /// The first choice's `content` (empty when null or absent).
+    pub content: String,
+    /// (prompt, completion) tokens, when the provider reported them.
+    pub usage: Option<(u64, u64)>,
+}
+
+impl Completion {
+    /// `json` if its first choice has a `message` object whose `content` is text or null.
+    fn parse(json: Value) -> Option<Completion> {
+        let message = json.get("choices")?.get(0)?.get("message")?.as_object()?;
+        let content = match message.get("content") {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Null) | None => String::new(),
+            Some(_) => return None,
+        };
+        let usage = json.get("usage").and_then(|u| {
+            Some((
+                u.get("prompt_tokens")?.as_u64()?,
+                u.get("completion_tokens")?.as_u64()?,
+            ))
+        });
+        Some(Completion {
+            json,
+            content,
+            usage,
+        })
+    }
+
+    /// The first choice's message (an object, checked by `parse`).
+    pub fn message(&self) -> &Value {
+        &self.json["choices"][0]["message"]
+    }
 }
 
 /// What one HTTP attempt came to. Reasons are already redacted.
 pub(crate) enum Attempt {
     Ok {
         status: u16,
-        content: String,
-        usage: Option<(u64, u64)>,
+        completion: Completion,
     },
-    /// 429, 5xx or a connection error: worth another attempt.
+    /// 429, 5xx, a connection error, an answer cut off, too large or not JSON: worth
+    /// another attempt.
     Retry {
         status: Option<u16>,
         reason: String,

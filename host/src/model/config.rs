@@ -1,5 +1,6 @@
 //! The model configuration: the recipe's `model:` block, with environment fallbacks.
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::fmt;
 
@@ -23,7 +24,7 @@ pub const RECIPE_KEYS: [&str; 7] = [
 pub const PRICE_KEYS: [&str; 2] = ["input_per_mtok_usd", "output_per_mtok_usd"];
 
 /// USD per million tokens. Zero (the default) means calls are never refused for budget.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct Prices {
     pub input_per_mtok_usd: f64,
     pub output_per_mtok_usd: f64,
@@ -44,6 +45,9 @@ impl Prices {
 /// Where and how the host calls an OpenAI-compatible chat completions API.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
+    /// The recipe block this configuration comes from (`model`, or `evaluator.model` for
+    /// the agent's gateway): every error names its field under it.
+    pub block: &'static str,
     /// Base URL; the host posts to `<endpoint>/chat/completions`.
     pub endpoint: String,
     /// The `model` field sent with every request.
@@ -73,6 +77,7 @@ impl ModelConfig {
     /// A configuration with every default filled in.
     pub fn new(endpoint: impl Into<String>, model: impl Into<String>) -> Self {
         ModelConfig {
+            block: "model",
             endpoint: endpoint.into(),
             model: model.into(),
             api_key_env: DEFAULT_API_KEY_ENV.into(),
@@ -107,23 +112,10 @@ impl ModelConfig {
             Value::Object(map) => map,
             _ => return Err(ModelConfigError::new("model", "must be a mapping").into()),
         };
-        let mut errors = Vec::new();
-        for bad in map.keys().filter(|k| !RECIPE_KEYS.contains(&k.as_str())) {
-            errors.push(ModelConfigError::new(
-                format!("model.{bad}"),
-                format!("unknown key (expected one of: {})", RECIPE_KEYS.join(", ")),
-            ));
-        }
+        let mut errors = unknown_keys(map, "model", &RECIPE_KEYS);
         let env = |name: &str| env(name).filter(|v| !v.trim().is_empty());
-        let mut take = |r: Result<Option<String>, ModelConfigError>| {
-            r.unwrap_or_else(|e| {
-                errors.push(e);
-                None
-            })
-        };
-        let endpoint_given = take(opt_string(map, "endpoint"));
-        let model_given = take(opt_string(map, "model"));
-        let api_key_env = take(opt_string(map, "api_key_env"));
+        let endpoint_given = take(&mut errors, opt_string(map, "model", "endpoint"));
+        let model_given = take(&mut errors, opt_string(map, "model", "model"));
         let endpoint = endpoint_given.or_else(|| env(ENDPOINT_ENV));
         let model = model_given.or_else(|| env(MODEL_ENV));
         if block.is_null() && endpoint.is_none() && model.is_none() {
@@ -134,58 +126,78 @@ impl ModelConfig {
             ..ModelConfigError::new(field, format!("not set: give it in the recipe or in {var}"))
         };
         // A key present but malformed already has its error; only absence is "not set".
-        if endpoint.is_none() && !errors.iter().any(|e| e.field == "model.endpoint") {
+        if endpoint.is_none() && !has_error(&errors, "model.endpoint") {
             errors.push(not_set("model.endpoint", ENDPOINT_ENV));
         }
-        if model.is_none() && !errors.iter().any(|e| e.field == "model.model") {
+        if model.is_none() && !has_error(&errors, "model.model") {
             errors.push(not_set("model.model", MODEL_ENV));
         }
         let mut config = ModelConfig::new(endpoint.unwrap_or_default(), model.unwrap_or_default());
-        if let Some(name) = api_key_env {
-            config.api_key_env = name;
+        config.read_settings(map, &mut errors);
+        config.finish(errors).map(Some)
+    }
+
+    /// Read the block's settings other than `endpoint` and `model` into `self`, adding
+    /// each malformed one's error to `errors`.
+    pub(crate) fn read_settings(
+        &mut self,
+        map: &Map<String, Value>,
+        errors: &mut Vec<ModelConfigError>,
+    ) {
+        let block = self.block;
+        let field = |key: &str| format!("{block}.{key}");
+        if let Some(name) = take(errors, opt_string(map, block, "api_key_env")) {
+            self.api_key_env = name;
         }
         if let Some(prices) = map.get("prices") {
-            match parse_prices(prices) {
-                Ok(p) => config.prices = p,
+            match parse_prices(prices, block) {
+                Ok(p) => self.prices = p,
                 Err(e) => errors.extend(e),
             }
         }
         if let Some(v) = map.get("timeout_s") {
             match v.as_f64().filter(|t| t.is_finite() && *t > 0.0) {
-                Some(t) => config.timeout_s = t,
+                Some(t) => self.timeout_s = t,
                 None => errors.push(ModelConfigError::new(
-                    "model.timeout_s",
+                    field("timeout_s"),
                     "must be a number of seconds above 0",
                 )),
             }
         }
         if let Some(v) = map.get("max_retries") {
             match v.as_u64().filter(|n| *n <= 10) {
-                Some(n) => config.max_retries = n as u32,
+                Some(n) => self.max_retries = n as u32,
                 None => errors.push(ModelConfigError::new(
-                    "model.max_retries",
+                    field("max_retries"),
                     "must be an integer from 0 to 10",
                 )),
             }
         }
         if let Some(v) = map.get("max_tokens") {
             match v.as_u64().filter(|n| (1..=1_000_000).contains(n)) {
-                Some(n) => config.max_tokens = n as u32,
+                Some(n) => self.max_tokens = n as u32,
                 None => errors.push(ModelConfigError::new(
-                    "model.max_tokens",
+                    field("max_tokens"),
                     "must be an integer from 1 to 1000000",
                 )),
             }
         }
-        // What the fields above could not catch (the endpoint's shape, the key's name),
-        // unless the field already has its error.
-        for e in config.problems() {
-            if !errors.iter().any(|known| known.field == e.field) {
+    }
+
+    /// `self`, unless `errors` or [`problems`](Self::problems) found any: then all of
+    /// them (the fields above cannot catch the endpoint's shape or the key's name; a
+    /// field that already has its error is not reported twice).
+    pub(crate) fn finish(
+        self,
+        mut errors: Vec<ModelConfigError>,
+    ) -> Result<Self, ModelConfigErrors> {
+        for e in self.problems() {
+            if !has_error(&errors, &e.field) {
                 errors.push(e);
             }
         }
         if errors.is_empty() {
-            Ok(Some(config))
+            Ok(self)
         } else {
             Err(ModelConfigErrors(errors))
         }
@@ -202,11 +214,12 @@ impl ModelConfig {
     /// Every field's problem, each naming its recipe field.
     pub fn problems(&self) -> Vec<ModelConfigError> {
         let mut found = Vec::new();
-        if let Err(e) = endpoint_parts(&self.endpoint) {
+        let field = |key: &str| format!("{}.{key}", self.block);
+        if let Err(e) = endpoint_parts(&self.endpoint, self.block) {
             found.push(e);
         }
         if self.model.trim().is_empty() {
-            found.push(ModelConfigError::new("model.model", "must not be empty"));
+            found.push(ModelConfigError::new(field("model"), "must not be empty"));
         }
         let name_ok = !self.api_key_env.is_empty()
             && self
@@ -215,7 +228,7 @@ impl ModelConfig {
                 .all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !name_ok {
             found.push(ModelConfigError::new(
-                "model.api_key_env",
+                field("api_key_env"),
                 "must be the name of an environment variable (letters, digits, `_`), not a key",
             ));
         }
@@ -225,7 +238,7 @@ impl ModelConfig {
         ]) {
             if !(price.is_finite() && price >= 0.0) {
                 found.push(ModelConfigError::new(
-                    format!("model.prices.{key}"),
+                    field(&format!("prices.{key}")),
                     "must be a number of USD at least 0",
                 ));
             }
@@ -233,25 +246,25 @@ impl ModelConfig {
         let positive = |v: f64| v.is_finite() && v > 0.0;
         if !positive(self.timeout_s) {
             found.push(ModelConfigError::new(
-                "model.timeout_s",
+                field("timeout_s"),
                 "must be a number of seconds above 0",
             ));
         }
         if self.max_tokens == 0 {
             found.push(ModelConfigError::new(
-                "model.max_tokens",
+                field("max_tokens"),
                 "must be at least 1",
             ));
         }
         if !(self.backoff_s.is_finite() && self.backoff_s >= 0.0) {
             found.push(ModelConfigError::new(
-                "model.backoff_s",
+                field("backoff_s"),
                 "must be at least 0",
             ));
         }
         if !(self.retry_after_cap_s.is_finite() && self.retry_after_cap_s >= 0.0) {
             found.push(ModelConfigError::new(
-                "model.retry_after_cap_s",
+                field("retry_after_cap_s"),
                 "must be at least 0",
             ));
         }
@@ -282,8 +295,12 @@ impl EndpointParts {
     }
 }
 
-pub(crate) fn endpoint_parts(endpoint: &str) -> Result<EndpointParts, ModelConfigError> {
-    let bad = |why: &str| ModelConfigError::new("model.endpoint", why.to_string());
+/// `block` names the recipe block the endpoint is from, for the error's field.
+pub(crate) fn endpoint_parts(
+    endpoint: &str,
+    block: &str,
+) -> Result<EndpointParts, ModelConfigError> {
+    let bad = |why: &str| ModelConfigError::new(format!("{block}.endpoint"), why.to_string());
     let url = format!("{}/chat/completions", endpoint.trim_end_matches('/'));
     let uri: hyper::Uri = url.parse().map_err(|_| {
         bad("is not a URL (expected e.g. `https://api.openai.com/v1` or `http://127.0.0.1:11434/v1`)")
@@ -309,27 +326,66 @@ pub(crate) fn endpoint_parts(endpoint: &str) -> Result<EndpointParts, ModelConfi
     })
 }
 
-fn opt_string(map: &Map<String, Value>, key: &str) -> Result<Option<String>, ModelConfigError> {
+/// An "unknown key" error for every key of `map` that is not in `known`.
+pub(crate) fn unknown_keys(
+    map: &Map<String, Value>,
+    block: &str,
+    known: &[&str],
+) -> Vec<ModelConfigError> {
+    map.keys()
+        .filter(|k| !known.contains(&k.as_str()))
+        .map(|bad| {
+            ModelConfigError::new(
+                format!("{block}.{bad}"),
+                format!("unknown key (expected one of: {})", known.join(", ")),
+            )
+        })
+        .collect()
+}
+
+/// The value of `r`, or `None` with its error added to `errors`.
+pub(crate) fn take<T>(
+    errors: &mut Vec<ModelConfigError>,
+    r: Result<Option<T>, ModelConfigError>,
+) -> Option<T> {
+    r.unwrap_or_else(|e| {
+        errors.push(e);
+        None
+    })
+}
+
+pub(crate) fn has_error(errors: &[ModelConfigError], field: &str) -> bool {
+    errors.iter().any(|e| e.field == field)
+}
+
+pub(crate) fn opt_string(
+    map: &Map<String, Value>,
+    block: &str,
+    key: &str,
+) -> Result<Option<String>, ModelConfigError> {
     match map.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) if !s.trim().is_empty() => Ok(Some(s.trim().to_string())),
         Some(_) => Err(ModelConfigError::new(
-            format!("model.{key}"),
+            format!("{block}.{key}"),
             "must be a non-empty string",
         )),
     }
 }
 
-fn parse_prices(value: &Value) -> Result<Prices, Vec<ModelConfigError>> {
-    let map = value
-        .as_object()
-        .ok_or_else(|| vec![ModelConfigError::new("model.prices", "must be a mapping")])?;
+fn parse_prices(value: &Value, block: &str) -> Result<Prices, Vec<ModelConfigError>> {
+    let map = value.as_object().ok_or_else(|| {
+        vec![ModelConfigError::new(
+            format!("{block}.prices"),
+            "must be a mapping",
+        )]
+    })?;
     let mut errors: Vec<ModelConfigError> = map
         .keys()
         .filter(|k| !PRICE_KEYS.contains(&k.as_str()))
         .map(|bad| {
             ModelConfigError::new(
-                format!("model.prices.{bad}"),
+                format!("{block}.prices.{bad}"),
                 format!("unknown key (expected {})", PRICE_KEYS.join(" or ")),
             )
         })
@@ -341,7 +397,7 @@ fn parse_prices(value: &Value) -> Result<Prices, Vec<ModelConfigError>> {
                 Some(p) => p,
                 None => {
                     errors.push(ModelConfigError::new(
-                        format!("model.prices.{key}"),
+                        format!("{block}.prices.{key}"),
                         "must be a number of USD per million tokens, at least 0",
                     ));
                     0.0

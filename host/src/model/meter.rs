@@ -1,6 +1,12 @@
 //! One stage call's model backend: budget check, bounded retries, metering, the log.
+//!
+//! The model gateway (`super::gateway`) meters the agent's calls with the same code: it
+//! hands [`MeteredModel::forward`] the agent's own request body, prepared, where the
+//! typed `chat` path hands it the operator's request; both reserve, send, retry, meter,
+//! write the ledger and the log in [`MeteredModel::run`].
 
-use super::client::{Attempt, ModelClient};
+use super::budget::{Bill, BudgetPool, estimate_input_tokens, estimate_output_tokens};
+use super::client::{Attempt, Completion, ModelClient};
 use crate::sandbox::BoxFuture;
 use crate::sandbox::ModelBackend;
 use crate::sandbox::model::{ChatRequest, ChatResponse, ModelError, Role};
@@ -9,13 +15,11 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The log file a scope appends to, inside its `log_dir`.
 pub const LOG_FILE: &str = "model.jsonl";
-/// Tokens counted per message for role and framing in the input estimate.
-pub const TOKENS_PER_MESSAGE: u64 = 4;
 
 /// What one scope spent, as metered by the host.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -42,43 +46,20 @@ pub struct Usage {
 #[derive(Default)]
 struct State {
     usage: Usage,
-    /// Worst cases of calls in flight, held against the budget until they end.
-    reserved_usd: f64,
     /// Spend-ledger ids of the calls that ended, whose charges `usage.usd` holds.
     billed: Vec<String>,
 }
 
-/// What a scope's ended calls were charged, and their spend-ledger ids. The archive
-/// event whose `cost_usd` includes `usd` lists `calls` under
-/// [`MODEL_CALLS_KEY`](super::ledger::MODEL_CALLS_KEY), so the ledger never charges them
-/// again (`super::ledger`).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Bill {
-    pub usd: f64,
-    pub calls: Vec<String>,
-}
-
-impl Bill {
-    pub fn add(&mut self, other: Bill) {
-        self.usd += other.usd;
-        self.calls.extend(other.calls);
-    }
-
-    /// The calls an archive event lists (`None` when there are none, as for a free
-    /// model: the key is left out). The event's `cost_usd` may include more than `usd`.
-    pub fn listed_calls(&self) -> Option<Vec<String>> {
-        (!self.calls.is_empty()).then(|| self.calls.clone())
-    }
-}
-
-/// The [`ModelBackend`] of one stage call, made by [`ModelClient::scope`].
+/// The [`ModelBackend`] of one stage call, made by [`ModelClient::scope`]; also the
+/// meter of one trial's calls through the model gateway.
 ///
 /// The lifecycle reads [`spent_usd`](Self::spent_usd) and [`usage`](Self::usage)
 /// after the stage; nothing the operator reports about its own usage is used.
 pub struct MeteredModel {
     client: ModelClient,
-    budget_left_usd: f64,
-    log_path: PathBuf,
+    pool: Arc<BudgetPool>,
+    /// `None`: no `model.jsonl` is written (a gateway given no log root).
+    log_path: Option<PathBuf>,
     state: Mutex<State>,
     log: Mutex<()>,
 }
@@ -88,21 +69,100 @@ impl ModelClient {
     /// for, meters what the provider reports, and appends every attempt to
     /// `<log_dir>/model.jsonl`.
     pub fn scope(&self, budget_left_usd: f64, log_dir: PathBuf) -> MeteredModel {
-        MeteredModel::new(self.clone(), budget_left_usd, log_dir)
+        MeteredModel::new(
+            self.clone(),
+            BudgetPool::new(budget_left_usd),
+            Some(log_dir),
+        )
+    }
+}
+
+/// One request ready to send, as the typed `chat` path and the gateway's relay of the
+/// agent's own body both hand it to the meter.
+#[derive(Debug, Clone)]
+pub(crate) struct Outgoing {
+    /// The JSON object posted, `model` and the token cap already set.
+    pub body: Value,
+    /// The completion tokens the request may use (its cap).
+    pub max_tokens: u32,
+    /// The prompt's tokens, estimated.
+    pub input_estimate: u64,
+}
+
+/// A call that was answered, metered.
+pub(crate) struct Answer {
+    pub completion: Completion,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// The provider reported no usage: the tokens are estimates.
+    pub estimated: bool,
+    pub usd: f64,
+}
+
+/// How a metered call failed. Reasons are redacted.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum CallError {
+    /// The worst case did not fit the budget; nothing was sent.
+    BudgetExhausted,
+    /// The host could not record the reservation; nothing was sent.
+    Ledger(String),
+    /// A 4xx other than 429: the provider will not take this request.
+    Refused { status: u16, reason: String },
+    /// Not worth retrying: an answer that is not a chat completion, an odd status.
+    Failed { status: Option<u16>, reason: String },
+    /// Every attempt met a 429, a 5xx, a connection error or a garbled answer.
+    Exhausted {
+        attempts: u32,
+        status: Option<u16>,
+        reason: String,
+    },
+    /// `timeout_s` passed; charged the worst case.
+    Timeout { timeout_s: f64 },
+}
+
+impl CallError {
+    /// The text an operator (or the agent) is told.
+    pub fn message(&self) -> String {
+        match self {
+            CallError::BudgetExhausted => {
+                "the experiment's budget cannot pay for this call's worst case".into()
+            }
+            CallError::Ledger(why) | CallError::Failed { reason: why, .. } => why.clone(),
+            CallError::Refused { reason, .. } => {
+                format!("the provider refused the request ({reason})")
+            }
+            CallError::Exhausted {
+                attempts, reason, ..
+            } => format!("the provider kept failing after {attempts} attempts (last: {reason})"),
+            CallError::Timeout { timeout_s } => {
+                format!("the provider did not answer within timeout_s ({timeout_s} s)")
+            }
+        }
+    }
+}
+
+impl From<CallError> for ModelError {
+    fn from(e: CallError) -> ModelError {
+        match e {
+            CallError::BudgetExhausted => ModelError::BudgetExhausted,
+            CallError::Timeout { .. } => ModelError::Timeout,
+            CallError::Refused { .. } => ModelError::Refused(e.message()),
+            _ => ModelError::Failed(e.message()),
+        }
     }
 }
 
 impl MeteredModel {
-    pub(crate) fn new(client: ModelClient, budget_left_usd: f64, log_dir: PathBuf) -> Self {
-        let budget_left_usd = if budget_left_usd.is_nan() {
-            0.0
-        } else {
-            budget_left_usd.max(0.0)
-        };
+    /// A meter drawing on `pool`, logging to `<log_dir>/model.jsonl` when given one.
+    pub(crate) fn new(
+        client: ModelClient,
+        pool: Arc<BudgetPool>,
+        log_dir: Option<PathBuf>,
+    ) -> Self {
         MeteredModel {
             client,
-            budget_left_usd,
-            log_path: log_dir.join(LOG_FILE),
+            pool,
+            log_path: log_dir.map(|d| d.join(LOG_FILE)),
             state: Mutex::new(State::default()),
             log: Mutex::new(()),
         }
@@ -126,82 +186,113 @@ impl MeteredModel {
         }
     }
 
-    /// The budget this scope was given.
+    /// The budget this scope was given (its pool's, when it shares one).
     pub fn budget_usd(&self) -> f64 {
-        self.budget_left_usd
+        self.pool.budget_usd()
     }
 
-    /// The budget left after what was spent and what calls in flight may spend.
+    /// The budget left after what was spent and what calls in flight may spend (by
+    /// every meter of the pool).
     pub fn remaining_usd(&self) -> f64 {
-        let s = self.lock();
-        self.budget_left_usd - s.usage.usd - s.reserved_usd
+        self.pool.remaining_usd()
     }
 
+    /// The scope's `model.jsonl` (empty when it keeps no log).
     pub fn log_path(&self) -> &Path {
-        &self.log_path
+        self.log_path.as_deref().unwrap_or(Path::new(""))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn next_call(&self) -> u64 {
+        let mut s = self.lock();
+        s.usage.calls += 1;
+        s.usage.calls
+    }
+
+    /// The typed path: the operator's [`ChatRequest`] checked and made an [`Outgoing`].
     async fn call(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
         let config = self.client.config();
-        let call = {
-            let mut s = self.lock();
-            s.usage.calls += 1;
-            s.usage.calls
-        };
+        let call = self.next_call();
         let messages: Vec<Value> = request
             .messages
             .iter()
             .map(|m| json!({"role": role_name(m.role), "content": m.content}))
             .collect();
-        let mut line = LogLine {
-            call,
-            model: &config.model,
-            messages: &messages,
-            max_tokens: None,
-            temperature: request.temperature,
-        };
-
+        let mut body = json!({"model": config.model, "messages": messages});
+        if let Some(t) = request.temperature {
+            body["temperature"] = json!(t);
+        }
         if let Err(why) = check_request(&request) {
-            let err = ModelError::InvalidRequest(why.clone());
+            let line = LogLine {
+                call,
+                max_tokens: None,
+                body: &body,
+            };
             self.write_log(
                 &line,
                 0,
                 json!({"outcome": "invalid_request", "error": why}),
             );
-            return Err(err);
+            return Err(ModelError::InvalidRequest(why));
         }
         let max_tokens = request
             .max_tokens
             .unwrap_or(config.max_tokens)
             .min(config.max_tokens);
-        line.max_tokens = Some(max_tokens);
-        let input_estimate = estimate_input_tokens(&request);
-        let worst_usd = config.prices.usd(input_estimate, u64::from(max_tokens));
+        body["max_tokens"] = json!(max_tokens);
+        let out = Outgoing {
+            body,
+            max_tokens,
+            input_estimate: estimate_input_tokens(&request),
+        };
+        let answer = self.run(call, out).await?;
+        Ok(ChatResponse {
+            content: answer.completion.content,
+            input_tokens: answer.input_tokens,
+            output_tokens: answer.output_tokens,
+            usd: answer.usd,
+        })
+    }
 
-        // Reserve the worst case, or refuse.
-        {
-            let mut s = self.lock();
-            let remaining = self.budget_left_usd - s.usage.usd - s.reserved_usd;
-            if worst_usd > 0.0 && worst_usd > remaining {
-                s.usage.refused_by_budget += 1;
-                drop(s);
-                self.write_log(
-                    &line,
-                    0,
-                    json!({
-                        "outcome": "budget_exhausted",
-                        "estimated_input_tokens": input_estimate,
-                        "worst_case_usd": worst_usd,
-                        "remaining_usd": remaining,
-                    }),
-                );
-                return Err(ModelError::BudgetExhausted);
-            }
-            s.reserved_usd += worst_usd;
+    /// Send a prepared request: the gateway's path into the same reservation, retries,
+    /// metering, ledger and log as the typed one.
+    pub(crate) async fn forward(&self, out: Outgoing) -> Result<Answer, CallError> {
+        let call = self.next_call();
+        self.run(call, out).await
+    }
+
+    /// What `out` may cost at most: its input estimate and its token cap, priced.
+    pub(crate) fn worst_case_usd(&self, out: &Outgoing) -> f64 {
+        self.client
+            .config()
+            .prices
+            .usd(out.input_estimate, u64::from(out.max_tokens))
+    }
+
+    /// Reserve the worst case (or refuse), record it in the ledger, send, settle.
+    async fn run(&self, call: u64, out: Outgoing) -> Result<Answer, CallError> {
+        let worst_usd = self.worst_case_usd(&out);
+        let line = LogLine {
+            call,
+            max_tokens: Some(out.max_tokens),
+            body: &out.body,
+        };
+        if let Err(remaining) = self.pool.reserve(worst_usd) {
+            self.lock().usage.refused_by_budget += 1;
+            self.write_log(
+                &line,
+                0,
+                json!({
+                    "outcome": "budget_exhausted",
+                    "estimated_input_tokens": out.input_estimate,
+                    "worst_case_usd": worst_usd,
+                    "remaining_usd": remaining,
+                }),
+            );
+            return Err(CallError::BudgetExhausted);
         }
         // Released when the call ends, also when its future is dropped mid-flight.
         let mut reservation = Reservation {
@@ -212,23 +303,22 @@ impl MeteredModel {
         };
         // Durably, before anything is sent: a run killed during the call still pays.
         if let Some(ledger) = self.client.ledger().filter(|_| worst_usd > 0.0) {
-            let dir = self.log_path.parent().unwrap_or(Path::new(""));
+            let dir = self.log_path().parent().unwrap_or(Path::new(""));
             match ledger.reserve(worst_usd, dir) {
                 Ok(id) => reservation.ledger_id = Some(id),
                 Err(e) => {
-                    reservation.settled = true; // nothing was sent
+                    reservation.settle(0.0); // nothing was sent
                     // No path: the operator reads this text.
                     let why = format!(
                         "the host could not record the call's reservation ({e}): nothing was sent"
                     );
                     self.write_log(&line, 0, json!({"outcome": "failed", "error": why}));
-                    return Err(ModelError::Failed(why));
+                    return Err(CallError::Ledger(why));
                 }
             }
         }
-        let (result, charged) = self
-            .send(&line, &request, max_tokens, input_estimate, worst_usd)
-            .await;
+        let body = Bytes::from(serde_json::to_vec(&out.body).expect("a JSON value serializes"));
+        let (result, charged) = self.send(&line, body, out.input_estimate, worst_usd).await;
         reservation.settle(charged);
         result
     }
@@ -238,24 +328,14 @@ impl MeteredModel {
     async fn send(
         &self,
         line: &LogLine<'_>,
-        request: &ChatRequest,
-        max_tokens: u32,
+        body: Bytes,
         input_estimate: u64,
         worst_usd: f64,
-    ) -> (Result<ChatResponse, ModelError>, f64) {
+    ) -> (Result<Answer, CallError>, f64) {
         let config = self.client.config();
-        let mut body = json!({
-            "model": config.model,
-            "messages": line.messages,
-            "max_tokens": max_tokens,
-        });
-        if let Some(t) = request.temperature {
-            body["temperature"] = json!(t);
-        }
-        let body = Bytes::from(serde_json::to_vec(&body).expect("a JSON value serializes"));
         let deadline = Instant::now() + Duration::from_secs_f64(config.timeout_s);
         let attempts = config.max_retries + 1;
-        let mut last_reason = String::new();
+        let (mut last_reason, mut last_status) = (String::new(), None);
         for attempt in 1..=attempts {
             let left = deadline.saturating_duration_since(Instant::now());
             let started = Instant::now();
@@ -267,25 +347,8 @@ impl MeteredModel {
             };
             let latency_ms = started.elapsed().as_millis() as u64;
             match outcome {
-                Attempt::Ok {
-                    status,
-                    content,
-                    usage,
-                } => {
-                    let estimated = usage.is_none();
-                    let (input_tokens, output_tokens) =
-                        usage.unwrap_or((input_estimate, estimate_tokens(&content)));
-                    let usd = config.prices.usd(input_tokens, output_tokens);
-                    {
-                        let mut s = self.lock();
-                        s.usage.succeeded += 1;
-                        s.usage.input_tokens += input_tokens;
-                        s.usage.output_tokens += output_tokens;
-                        s.usage.usd += usd;
-                        if estimated {
-                            s.usage.estimated_calls += 1;
-                        }
-                    }
+                Attempt::Ok { status, completion } => {
+                    let answer = self.meter(completion, input_estimate);
                     self.write_log(
                         line,
                         attempt,
@@ -293,20 +356,15 @@ impl MeteredModel {
                             "outcome": "ok",
                             "status": status,
                             "latency_ms": latency_ms,
-                            "input_tokens": input_tokens,
-                            "output_tokens": output_tokens,
-                            "usage_estimated": estimated,
-                            "usd": usd,
-                            "answer": content,
+                            "input_tokens": answer.input_tokens,
+                            "output_tokens": answer.output_tokens,
+                            "usage_estimated": answer.estimated,
+                            "usd": answer.usd,
+                            "answer": answer.completion.content,
                         }),
                     );
                     self.client.note_call(None);
-                    let answer = ChatResponse {
-                        content,
-                        input_tokens,
-                        output_tokens,
-                        usd,
-                    };
+                    let usd = answer.usd;
                     return (Ok(answer), usd);
                 }
                 Attempt::Retry {
@@ -332,7 +390,7 @@ impl MeteredModel {
                             "retry_in_ms": (!last).then_some(delay.as_millis() as u64),
                         }),
                     );
-                    last_reason = reason;
+                    (last_reason, last_status) = (reason, status);
                     if !last {
                         let left = deadline.saturating_duration_since(Instant::now());
                         tokio::time::sleep(delay.min(left)).await;
@@ -353,9 +411,7 @@ impl MeteredModel {
                             "error": reason,
                         }),
                     );
-                    let err =
-                        ModelError::Refused(format!("the provider refused the request ({reason})"));
-                    return (Err(err), 0.0);
+                    return (Err(CallError::Refused { status, reason }), 0.0);
                 }
                 Attempt::Failed { status, reason } => {
                     self.write_log(
@@ -369,7 +425,7 @@ impl MeteredModel {
                         }),
                     );
                     self.client.note_call(Some(&reason));
-                    return (Err(ModelError::Failed(reason)), 0.0);
+                    return (Err(CallError::Failed { status, reason }), 0.0);
                 }
                 Attempt::Timeout => {
                     // The provider may still bill for a request it went on serving:
@@ -389,31 +445,65 @@ impl MeteredModel {
                             "usd": worst_usd,
                         }),
                     );
-                    self.client.note_call(Some(&format!(
-                        "the provider did not answer within timeout_s ({} s)",
-                        config.timeout_s
-                    )));
-                    return (Err(ModelError::Timeout), worst_usd);
+                    let err = CallError::Timeout {
+                        timeout_s: config.timeout_s,
+                    };
+                    self.client.note_call(Some(&err.message()));
+                    return (Err(err), worst_usd);
                 }
             }
         }
-        let why =
-            format!("the provider kept failing after {attempts} attempts (last: {last_reason})");
-        self.client.note_call(Some(&why));
-        (Err(ModelError::Failed(why)), 0.0)
+        let err = CallError::Exhausted {
+            attempts,
+            status: last_status,
+            reason: last_reason,
+        };
+        self.client.note_call(Some(&err.message()));
+        (Err(err), 0.0)
+    }
+
+    /// Charge an answer: the provider's reported usage, else estimates.
+    fn meter(&self, completion: Completion, input_estimate: u64) -> Answer {
+        let estimated = completion.usage.is_none();
+        let (input_tokens, output_tokens) = completion
+            .usage
+            .unwrap_or_else(|| (input_estimate, estimate_output_tokens(&completion)));
+        let usd = self.client.config().prices.usd(input_tokens, output_tokens);
+        let mut s = self.lock();
+        s.usage.succeeded += 1;
+        s.usage.input_tokens += input_tokens;
+        s.usage.output_tokens += output_tokens;
+        s.usage.usd += usd;
+        if estimated {
+            s.usage.estimated_calls += 1;
+        }
+        Answer {
+            completion,
+            input_tokens,
+            output_tokens,
+            estimated,
+            usd,
+        }
     }
 
     /// Append one redacted JSON line; failures are counted in [`Usage::log_errors`].
     fn write_log(&self, line: &LogLine<'_>, attempt: u32, outcome: Value) {
+        let Some(log_path) = &self.log_path else {
+            return;
+        };
+        let field = |key: &str| line.body.get(key).cloned().unwrap_or(Value::Null);
         let mut record = json!({
             "ts": humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
             "call": line.call,
             "attempt": attempt,
-            "model": line.model,
+            "model": field("model"),
             "max_tokens": line.max_tokens,
-            "temperature": line.temperature,
-            "messages": line.messages,
+            "temperature": field("temperature"),
+            "messages": field("messages"),
         });
+        if let Some(tools) = line.body.get("tools") {
+            record["tools"] = tools.clone();
+        }
         if let (Some(record), Value::Object(outcome)) = (record.as_object_mut(), outcome) {
             record.extend(outcome);
         }
@@ -422,13 +512,13 @@ impl MeteredModel {
         text.push('\n');
         let _guard = self.log.lock().unwrap_or_else(|p| p.into_inner());
         let written = (|| -> std::io::Result<()> {
-            if let Some(dir) = self.log_path.parent() {
+            if let Some(dir) = log_path.parent() {
                 std::fs::create_dir_all(dir)?;
             }
             let mut file = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
-                .open(&self.log_path)?;
+                .open(log_path)?;
             file.write_all(text.as_bytes())
         })();
         if written.is_err() {
@@ -454,9 +544,14 @@ struct Reservation<'a> {
 }
 
 impl Reservation<'_> {
-    /// The call ended, charged `usd` (already added to the scope's usage).
+    /// The call ended, charged `usd` (already added to the scope's usage): the pool
+    /// and the ledger learn it, once.
     fn settle(&mut self, usd: f64) {
+        if self.settled {
+            return;
+        }
         self.settled = true;
+        self.scope.pool.release(self.usd, usd);
         if let (Some(ledger), Some(id)) = (self.scope.client.ledger(), &self.ledger_id) {
             ledger.settle(id, usd);
             self.scope.lock().billed.push(id.clone());
@@ -467,15 +562,11 @@ impl Reservation<'_> {
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
         if !self.settled {
-            // Abandoned in flight (the stage was stopped): the provider may still serve
-            // and bill the request, so it costs its worst case, like a timeout.
+            // Abandoned in flight (the stage was stopped, the trial closed): the
+            // provider may still serve and bill the request, so it costs its worst
+            // case, like a timeout.
             self.scope.lock().usage.usd += self.usd;
             self.settle(self.usd);
-        }
-        let mut s = self.scope.lock();
-        s.reserved_usd -= self.usd;
-        if s.reserved_usd < 1e-12 {
-            s.reserved_usd = 0.0;
         }
     }
 }
@@ -483,10 +574,9 @@ impl Drop for Reservation<'_> {
 /// The parts of a log line every attempt of one call shares.
 struct LogLine<'a> {
     call: u64,
-    model: &'a str,
-    messages: &'a [Value],
     max_tokens: Option<u32>,
-    temperature: Option<f64>,
+    /// The request's JSON: its `model`, `messages`, `temperature` and `tools` are logged.
+    body: &'a Value,
 }
 
 fn check_request(request: &ChatRequest) -> Result<(), String> {
@@ -510,19 +600,4 @@ fn role_name(role: Role) -> &'static str {
         Role::User => "user",
         Role::Assistant => "assistant",
     }
-}
-
-/// Tokens in `text`, estimated as one per four characters, rounded up.
-pub fn estimate_tokens(text: &str) -> u64 {
-    (text.chars().count() as u64).div_ceil(4)
-}
-
-/// The prompt's tokens, estimated: [`estimate_tokens`] of each message plus
-/// [`TOKENS_PER_MESSAGE`] for its role and framing.
-pub fn estimate_input_tokens(request: &ChatRequest) -> u64 {
-    request
-        .messages
-        .iter()
-        .map(|m| estimate_tokens(&m.content) + TOKENS_PER_MESSAGE)
-        .sum()
 }

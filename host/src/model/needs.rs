@@ -1,8 +1,9 @@
 //! Whether a recipe's operators call a model, and whether the model it configures is
 //! there: what `evolve recipe check`, `init` and `run --dry-run` say about the model
-//! (and check, with `--check`).
+//! (and check, with `--check`), for the operators' `model:` block and the agent's
+//! `evaluator.model`.
 
-use super::{ModelClient, ModelConfig};
+use super::{GatewayConfig, ModelClient, ModelConfig};
 use crate::recipe::{Recipe, resolve_operator};
 use crate::sandbox::{Capability, Sandbox, granted_capabilities, parse_stage};
 use serde_json::Value;
@@ -63,6 +64,50 @@ pub async fn check_recipe_model(
     base: &Path,
     probe: bool,
 ) -> ModelCheck {
+    let mut check = check_operators_model(sb, recipe, base, probe).await;
+    check_agent_model(recipe, probe, &mut check).await;
+    check
+}
+
+/// The recipe's `evaluator.model` (the agent's model, behind the gateway): every problem
+/// of the block, and with `probe` whether its endpoint answers.
+async fn check_agent_model(recipe: &Recipe, probe: bool, check: &mut ModelCheck) {
+    let block = recipe.evaluator.model.clone().unwrap_or(Value::Null);
+    let config = match GatewayConfig::from_recipe(&block) {
+        Ok(Some(c)) => c,
+        Ok(None) => return,
+        Err(errors) => {
+            check
+                .problems
+                .extend(errors.0.into_iter().map(|e| (e.field, e.message)));
+            return;
+        }
+    };
+    if probe {
+        probe_into(config.model, check).await;
+    }
+}
+
+/// Probe the endpoint of `config`, adding a note that it answered or the problem.
+async fn probe_into(config: ModelConfig, check: &mut ModelCheck) {
+    let field = format!("{}.endpoint", config.block);
+    let endpoint = config.endpoint.clone();
+    match ModelClient::new(config) {
+        Err(e) => check.problems.push((e.field, e.message)),
+        Ok(client) => match client.probe().await {
+            Ok(()) => check.notes.push(format!("{field} `{endpoint}` answered")),
+            Err(e) => check.problems.push((field, probe_message(&e))),
+        },
+    }
+}
+
+/// The operators' `model:` block, and whether an operator calls a model none configures.
+async fn check_operators_model(
+    sb: &Sandbox,
+    recipe: &Recipe,
+    base: &Path,
+    probe: bool,
+) -> ModelCheck {
     let mut check = ModelCheck {
         callers: stages_calling_model(sb, recipe, base),
         ..ModelCheck::default()
@@ -103,28 +148,17 @@ pub async fn check_recipe_model(
         }
         return check;
     };
-    if !probe {
-        return check;
-    }
-    let endpoint = config.endpoint.clone();
-    match ModelClient::new(config) {
-        Err(e) => check.problems.push((e.field, e.message)),
-        Ok(client) => match client.probe().await {
-            Ok(()) => check
-                .notes
-                .push(format!("model.endpoint `{endpoint}` answered")),
-            Err(e) => check
-                .problems
-                .push(("model.endpoint".into(), probe_message(&e))),
-        },
+    if probe {
+        probe_into(config, &mut check).await;
     }
     check
 }
 
-/// The probe's error without its leading `model.endpoint` (the violation names the field).
+/// The probe's error without its leading `<block>.endpoint` (the violation names the
+/// field).
 fn probe_message(e: &super::ProbeError) -> String {
     let text = e.to_string();
-    text.strip_prefix("model.endpoint ")
+    text.strip_prefix(&format!("{}.endpoint ", e.block))
         .map(str::to_string)
         .unwrap_or(text)
 }

@@ -47,17 +47,36 @@ impl Redactor {
     /// characters with it, as in "sk-abc...xyz" echoes), the word after any `Bearer`,
     /// and the endpoint's URL and host replaced.
     pub fn redact(&self, text: &str) -> String {
-        let mut text = self.redact_words(text);
+        self.redact_with(text, true)
+    }
+
+    /// `text` with only the secrets themselves replaced: the key (whole, or a word
+    /// sharing [`WINDOW`] characters with it) and the endpoint's URL and host, except a
+    /// loopback host alone (`127.0.0.1`, `localhost`: no secret, and common in answers).
+    /// For a model's answers relayed to the agent, which [`redact`](Self::redact)'s
+    /// word-after-`Bearer` rule would garble ("use a Bearer token" is ordinary text).
+    pub fn redact_secrets(&self, text: &str) -> String {
+        self.redact_with(text, false)
+    }
+
+    fn redact_with(&self, text: &str, headers: bool) -> String {
+        let mut text = if headers || !self.windows.is_empty() {
+            self.redact_words(text, headers)
+        } else {
+            text.to_string()
+        };
         if let Some(key) = &self.key {
             text = text.replace(key.as_str(), REDACTED);
         }
         for s in &self.endpoint {
-            text = text.replace(s.as_str(), ENDPOINT);
+            if headers || !is_loopback_host(s) {
+                text = text.replace(s.as_str(), ENDPOINT);
+            }
         }
         text
     }
 
-    fn redact_words(&self, text: &str) -> String {
+    fn redact_words(&self, text: &str, headers: bool) -> String {
         // Not `[`/`]`: a redacted "[redacted]" stays one word, so redaction is idempotent.
         let is_sep = |c: char| c.is_whitespace() || "\"'`,;(){}<>".contains(c);
         let mut out = String::with_capacity(text.len());
@@ -78,8 +97,8 @@ impl Redactor {
             } else {
                 out.push_str(word);
             }
-            after_bearer =
-                word.eq_ignore_ascii_case("bearer") || word.eq_ignore_ascii_case("basic");
+            after_bearer = headers
+                && (word.eq_ignore_ascii_case("bearer") || word.eq_ignore_ascii_case("basic"));
         }
         out
     }
@@ -94,19 +113,38 @@ impl Redactor {
 
     /// Every string in `value` (keys included) redacted.
     pub fn redact_value(&self, value: Value) -> Value {
+        self.map_strings(value, &|s| self.redact(s))
+    }
+
+    /// Every string in `value` (keys included) through [`redact_secrets`](Self::redact_secrets).
+    pub fn redact_value_secrets(&self, value: Value) -> Value {
+        self.map_strings(value, &|s| self.redact_secrets(s))
+    }
+
+    fn map_strings(&self, value: Value, f: &dyn Fn(&str) -> String) -> Value {
         match value {
-            Value::String(s) => Value::String(self.redact(&s)),
+            Value::String(s) => Value::String(f(&s)),
             Value::Array(items) => {
-                Value::Array(items.into_iter().map(|v| self.redact_value(v)).collect())
+                Value::Array(items.into_iter().map(|v| self.map_strings(v, f)).collect())
             }
             Value::Object(map) => Value::Object(
                 map.into_iter()
-                    .map(|(k, v)| (self.redact(&k), self.redact_value(v)))
+                    .map(|(k, v)| (f(&k), self.map_strings(v, f)))
                     .collect(),
             ),
             other => other,
         }
     }
+}
+
+/// `localhost` or a loopback address, alone (with a port it is an authority, which is
+/// redacted as the endpoint).
+fn is_loopback_host(s: &str) -> bool {
+    let host = s.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// At most `max` characters of `text`, with an ellipsis when cut.
@@ -139,6 +177,35 @@ mod tests {
         assert!(out.contains("Incorrect API key provided"), "{out}");
         assert_eq!(r.redact(&out), out, "redaction is idempotent");
         let v = r.redact_value(serde_json::json!({"k": ["x sk-live-0123456789abcdef y"]}));
+        assert!(!v.to_string().contains("sk-live-0123"), "{v}");
+    }
+
+    #[test]
+    fn secrets_mode_keeps_ordinary_text_and_loopback_hosts() {
+        let r = Redactor::new(
+            Some("sk-live-0123456789abcdef"),
+            vec![
+                "http://127.0.0.1:8000/v1".into(),
+                "127.0.0.1:8000".into(),
+                "127.0.0.1".into(),
+            ],
+        );
+        let text = "Send a Bearer token to 127.0.0.1:9999; not sk-live-0123456789abcdef \
+                    nor ...89abcdef-x nor http://127.0.0.1:8000/v1/chat";
+        let out = r.redact_secrets(text);
+        assert!(
+            out.starts_with("Send a Bearer token to 127.0.0.1:9999;"),
+            "{out}"
+        );
+        assert!(!out.contains("89abcdef"), "{out}");
+        assert!(!out.contains("127.0.0.1:8000"), "{out}");
+        // The full mode still removes the word after Bearer and the bare host.
+        let full = r.redact(text);
+        assert!(
+            !full.contains("token") && !full.contains("127.0.0.1"),
+            "{full}"
+        );
+        let v = r.redact_value_secrets(serde_json::json!({"a": ["x sk-live-0123456789abcdef"]}));
         assert!(!v.to_string().contains("sk-live-0123"), "{v}");
     }
 
