@@ -24,6 +24,8 @@ use serde_json::{Map, Value, json};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub mod protocol;
+
 /// A recipe shipped with evolve (`recipes/*.yaml`, embedded in the binary).
 #[derive(Debug, Clone, Copy)]
 pub struct BuiltinRecipe {
@@ -168,6 +170,42 @@ pub struct Evaluator {
     #[serde(default)]
     pub unconfined_trials: bool,
     pub anchor: Anchor,
+    /// The evaluation protocol ([`protocol`]): every field defaults to today's behaviour.
+    #[serde(default = "default_split")]
+    pub evaluation_split: String,
+    #[serde(default)]
+    pub tasks_per_round: Option<u32>,
+    #[serde(default = "default_sampling")]
+    pub task_sampling: String,
+    #[serde(default)]
+    pub max_retries: u32,
+    #[serde(default = "one")]
+    pub agent_timeout_multiplier: f64,
+    #[serde(default = "one")]
+    pub verifier_timeout_multiplier: f64,
+    #[serde(default = "yes")]
+    pub agent_timeout_is_zero: bool,
+    /// Names of host variables passed to the agent / the verifier (never their values).
+    #[serde(default)]
+    pub agent_env: Vec<String>,
+    #[serde(default)]
+    pub verifier_env: Vec<String>,
+    /// The agent's model behind the host's gateway (`crate::model::GatewayConfig`).
+    #[serde(default)]
+    pub model: Option<Value>,
+}
+
+fn default_split() -> String {
+    "gate".into()
+}
+fn default_sampling() -> String {
+    "static".into()
+}
+fn one() -> f64 {
+    1.0
+}
+fn yes() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -268,7 +306,7 @@ pub fn schema() -> Schema {
         .field("operators", object(operators).required())
         .field(
             "evaluator",
-            object(
+            object(protocol::fields(
                 Fields::new()
                     .field(
                         "engine",
@@ -326,8 +364,9 @@ pub fn schema() -> Schema {
                         "anchor",
                         object(Fields::new().field("final", boolean().default(json!(true))))
                             .default(json!({})),
-                    ),
-            )
+                    )
+                    .field("model", agent_model()),
+            ))
             .required(),
         )
         .field(
@@ -359,6 +398,29 @@ pub fn schema() -> Schema {
         .refine(cross_checks)
         .build()
         .expect("the recipe schema is valid")
+}
+
+/// `evaluator.model`: the agent under test's model, served to it by the host's model
+/// gateway (`crate::model::gateway`; docs/model.md). No environment fallbacks.
+fn agent_model() -> evolve_config_schema::Field {
+    object(
+        Fields::new()
+            .field("endpoint", string().required().description("The agent's OpenAI-compatible upstream base URL (kept on the host; the agent gets the gateway's)"))
+            .field("model", string().required().description("The model a request naming none gets"))
+            .field("allowed_models", array(string()).minimum(1.0).description("The models the agent may ask for (default: [model])"))
+            .field("api_key_env", string().description("Name of the host variable holding the upstream key (default OPENAI_API_KEY)"))
+            .field(
+                "prices",
+                object(
+                    Fields::new()
+                        .field("input_per_mtok_usd", number().minimum(0.0).description("USD per million prompt tokens"))
+                        .field("output_per_mtok_usd", number().minimum(0.0).description("USD per million completion tokens")),
+                ),
+            )
+            .field("timeout_s", number().minimum(0.001).description("Bound on one agent call, retries included (default 120)"))
+            .field("max_retries", integer().minimum(0.0).maximum(10.0).description("Retries on 429, 5xx, connection errors and garbled answers (default 3)"))
+            .field("max_tokens", integer().minimum(1.0).description("Cap on a request's max_tokens / max_completion_tokens, and its value when it gives none (default 4096)")),
+    )
 }
 
 fn cross_checks(recipe: &Map<String, Value>) -> Result<(), Vec<Violation>> {
@@ -409,6 +471,7 @@ fn cross_checks(recipe: &Map<String, Value>) -> Result<(), Vec<Violation>> {
             "train, gate and sealed must add up to 1",
         ));
     }
+    protocol::cross_checks(recipe, &mut found);
     if found.is_empty() { Ok(()) } else { Err(found) }
 }
 
@@ -1144,6 +1207,10 @@ pub async fn check_new(sb: &Sandbox, shape: Checked, base: &Path) -> (Checked, S
     let mut more = sources.violations.clone();
     if let Some(value) = checked.normalized.as_ref().or(checked.raw.as_ref()) {
         more.extend(check_surface_patterns(value));
+        if let (Some(recipe), Some((_, tasks))) = (value.as_object(), &sources.tasks) {
+            let count = protocol::task_count(tasks.iter().map(|f| f.path.as_str()));
+            more.extend(protocol::split_size_problem(recipe, count));
+        }
     }
     if let Some(target) = &sources.target {
         // A pattern already found wrong on its own is not reported twice.

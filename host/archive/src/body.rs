@@ -411,6 +411,11 @@ pub struct EvaluationBody<V: Serialize> {
     pub attempt: u64,
     /// The interrupted attempts whose completed trials this one reused.
     pub source_attempts: Vec<u64>,
+    /// The tasks the evaluation ran when the protocol samples its split
+    /// (`evaluator.tasks_per_round`), sorted by name; absent when it ran the whole split.
+    /// Signed with the line, outside the folded stamp: `evolve verify` recomputes it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub members: Option<Vec<String>>,
     pub reason: String,
 }
 

@@ -32,11 +32,11 @@ pub fn verify_cmd(a: VerifyArgs) -> CliResult {
         None => {
             let ws = Workspace::open(&a.dir)?;
             let (report, mut extra) = Evidence::of_workspace(&ws).verify();
+            let events = evidence::events(&ws);
             // The recipe digest each generation stamps, and every driver revision's.
-            extra.extend(crate::lifecycle::agent_driver::verify_recipes(
-                &ws,
-                &evidence::events(&ws),
-            ));
+            extra.extend(crate::lifecycle::agent_driver::verify_recipes(&ws, &events));
+            // The tasks each evaluation ran, against the frozen protocol's.
+            extra.extend(ws.verify_members(&report, &events));
             Ok(print_verdict(&report, &extra, &[], a.json))
         }
     }

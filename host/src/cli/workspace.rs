@@ -432,7 +432,7 @@ fn plan(ws: &Workspace, a: &RunArgs, state: &State) -> Plan {
         .max()
         .unwrap_or(0);
     let reps = ws.task_set.repetitions as u64;
-    let gate = ws.task_set.split.members(ws.primary_split()).len() as u64;
+    let gate = ws.tasks_per_evaluation() as u64;
     let sealed = ws.task_set.split.sealed.len() as u64 * reps;
     let anchored = |genid: &str| {
         state.row(genid).is_some_and(|row| {
@@ -474,7 +474,7 @@ fn dry_run(ws: &Workspace, a: &RunArgs) -> CliResult {
     let p = plan(ws, a, &state);
     let kids = p.children;
     let reps = ws.task_set.repetitions as u64;
-    let gate = ws.task_set.split.members(ws.primary_split()).len() as u64;
+    let gate = ws.tasks_per_evaluation() as u64;
     let trials = p.to_run * kids * gate * reps;
     let per_trial = state
         .row("0")

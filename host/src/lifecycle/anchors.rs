@@ -130,6 +130,8 @@ impl Driver {
     /// `evolve retry GENID`: a new evaluation attempt of a generation whose evaluation
     /// failed (then gate, record and reflect if it completes). Returns the new outcome.
     pub async fn retry(&self, genid: &str) -> Result<String> {
+        // The variables the trials are passed must be set before anything is tried.
+        self.ws.engine.trial_settings()?;
         let state = self.state();
         let row = state
             .row(genid)

@@ -119,6 +119,11 @@ pub(crate) async fn evaluate_with(
     progress: &Channel,
 ) -> Result<Evaluated, EvalError> {
     let started = Instant::now();
+    // The passed variables are read first: an unset one stops the evaluation before it
+    // makes anything.
+    let settings = ws.engine.trial_settings().map_err(|e| host(&e.what))?;
+    let generation = evolve_archive::event::genid_generation(&req.genid).unwrap_or(0);
+    let selection = ws.engine.selection(&ws.task_set, req.split, generation);
     let base = ws.paths.evaluations(req.purpose, &req.genid);
     let earlier = attempts_on_disk(&base);
     let attempt = earlier
@@ -129,12 +134,20 @@ pub(crate) async fn evaluate_with(
         + 1;
     let dir = base.join(format!("attempt-{attempt}"));
     std::fs::create_dir_all(&dir).map_err(host)?;
-    let task_set_hash = ws.task_set.selection_digest(req.split).map_err(host)?;
-    let identity = json!({
+    let task_set_hash = ws
+        .engine
+        .task_set_hash(&ws.task_set, req.split)
+        .map_err(|e| host(&e.what))?;
+    let mut identity = json!({
         "candidate_commit": req.commit.to_string(),
         "task_set_hash": task_set_hash,
         "split": req.split.as_str(),
     });
+    // A sampled evaluation's members are part of what it is (and so of the trials it
+    // may reuse); the whole split's are implied, as they always were.
+    if selection.sampled {
+        identity["members"] = json!(selection.members);
+    }
     crate::lifecycle::stages::write_json(&dir.join("attempt.json"), &identity);
 
     let checkout = dir.join("checkout");
@@ -156,7 +169,7 @@ pub(crate) async fn evaluate_with(
         coverage_floor: ws.engine.coverage_floor,
         agent_timeout_is_zero: ws.engine.agent_timeout_is_zero,
     };
-    let members: Vec<String> = ws.task_set.split.members(req.split).to_vec();
+    let members: Vec<String> = selection.members.clone();
     let reps = ws.task_set.repetitions.max(1);
 
     let (reused, reused_trials) = reusable_trials(
@@ -179,9 +192,12 @@ pub(crate) async fn evaluate_with(
             );
             plan.n_concurrent = ws.engine.n_concurrent.max(1) as usize;
             plan.policy = policy;
+            plan.settings = settings;
+            plan.max_retries = ws.engine.max_retries;
             let done: std::collections::BTreeSet<&str> =
                 reused.iter().map(|r| r.task.as_str()).collect();
-            plan.tasks.retain(|t| !done.contains(t.name.as_str()));
+            plan.tasks
+                .retain(|t| members.contains(&t.name) && !done.contains(t.name.as_str()));
             let fresh = if plan.tasks.is_empty() {
                 Vec::new()
             } else {
@@ -213,14 +229,18 @@ pub(crate) async fn evaluate_with(
 
     let runtime_fingerprint = ws.engine.runtime_fingerprint();
     let evaluator_fingerprint = ws.evaluator_tree.to_string();
-    let contract_id = evolve_archive::canonical_sha256(&json!({
+    let mut contract = json!({
         "schema": "evolve.contract.v1",
         "evaluator_fingerprint": evaluator_fingerprint,
         "task_set_hash": task_set_hash,
         "runtime_fingerprint": runtime_fingerprint,
         "purpose": req.purpose,
         "split": req.split.as_str(),
-    }));
+    });
+    if selection.sampled {
+        contract["members"] = json!(selection.members);
+    }
+    let contract_id = evolve_archive::canonical_sha256(&contract);
     let trials: usize = result
         .task_vector
         .tasks
@@ -234,7 +254,7 @@ pub(crate) async fn evaluate_with(
         candidate_commit: req.commit.to_string(),
         candidate_tree,
         parent: req.parent.clone(),
-        generation: evolve_archive::event::genid_generation(&req.genid).unwrap_or(0),
+        generation,
         evaluator_fingerprint,
         task_set_hash,
         runtime_fingerprint,
@@ -252,6 +272,7 @@ pub(crate) async fn evaluate_with(
         },
         attempt,
         source_attempts,
+        members: selection.sampled.then(|| selection.members.clone()),
         reason: result.reason.clone(),
     }
     .to_map();

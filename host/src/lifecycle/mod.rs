@@ -492,6 +492,8 @@ impl Driver {
         self.progress.install(&opts.progress);
         self.report_state(&self.state());
         self.note_framework_only_trials();
+        // Every variable the recipe passes to its trials is set, or nothing is spent.
+        self.ws.engine.trial_settings()?;
         self.probe_model().await?;
         self.ensure_genesis().await?;
         let mut status = RunStatus::Complete;

@@ -127,9 +127,9 @@ pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
             f.bytes,
         );
     }
-    let engine = EngineConfig::from_recipe(&recipe);
+    let mut engine = EngineConfig::from_recipe(&recipe);
     refuse_uncontainable(&engine, &recipe)?;
-    let task_set = add_evaluator(&recipe, &engine, tasks, &mut files)?;
+    let task_set = add_evaluator(&recipe, &mut engine, tasks, &mut files)?;
     add_operators(
         &recipe,
         checked.component_files,
@@ -266,9 +266,7 @@ fn write_repository(
         .ok_or_else(|| err("generation 0 has no evaluator/ tree"))?;
     let identity = FixedIdentity {
         evaluator_fingerprint: evaluator_tree.to_string(),
-        task_set_hash: task_set
-            .selection_digest(SplitName::Gate)
-            .map_err(|e| err(e.to_string()))?,
+        task_set_hash: engine.task_set_hash(task_set, engine.split())?,
         runtime_fingerprint: engine.runtime_fingerprint(),
     };
     // Unsent (on an error above), the other thread stops without appending anything.
@@ -469,14 +467,16 @@ impl Gen0 {
 
 /// Put the task set into generation 0 and freeze it, from memory: the digests are
 /// those of the files exactly as they will be checked out under `evaluator/tasks/`
-/// (files only: git keeps no empty directory).
+/// (files only: git keeps no empty directory). The engine file follows, with its static
+/// task sample chosen from the frozen split.
 fn add_evaluator(
     recipe: &Recipe,
-    engine: &EngineConfig,
+    engine: &mut EngineConfig,
     (origin, tasks): (PathBuf, Vec<FileRead>),
     files: &mut Gen0,
 ) -> Result<FrozenTaskSet> {
-    let frozen = freeze(recipe, &origin, &tasks)?;
+    let frozen = freeze(recipe, engine.split(), &origin, &tasks)?;
+    engine.freeze_sample(&frozen)?;
     for f in tasks {
         files.add(
             &format!("{}/{}", layout::TASKS_DIR, f.path),
@@ -492,7 +492,12 @@ fn add_evaluator(
     Ok(frozen)
 }
 
-fn freeze(recipe: &Recipe, origin: &Path, tasks: &[FileRead]) -> Result<FrozenTaskSet> {
+fn freeze(
+    recipe: &Recipe,
+    primary: SplitName,
+    origin: &Path,
+    tasks: &[FileRead],
+) -> Result<FrozenTaskSet> {
     let e = &recipe.evaluator;
     let ratios = SplitRatios {
         train: e.splits.train,
@@ -509,13 +514,18 @@ fn freeze(recipe: &Recipe, origin: &Path, tasks: &[FileRead]) -> Result<FrozenTa
     };
     let frozen = FrozenTaskSet::freeze_files(&set, ratios, e.splits.seed, e.repetitions)
         .map_err(|e| err(format!("cannot freeze the task set: {e}")))?;
-    if frozen.split.gate.is_empty() {
+    if frozen.split.members(primary).is_empty() {
+        let name = primary.as_str();
+        let ratio = match primary {
+            SplitName::Train => e.splits.train,
+            SplitName::Gate => e.splits.gate,
+            SplitName::Sealed => e.splits.sealed,
+        };
         return Err(err(format!(
-            "the gate split is empty ({} tasks, gate ratio {}); candidates are evaluated on it",
+            "the {name} split is empty ({} tasks, {name} ratio {ratio}); candidates are evaluated on it (evaluator.evaluation_split)",
             frozen.task_digests.len(),
-            e.splits.gate
         ))
-        .hint("raise evaluator.splits.gate or add tasks"));
+        .hint(format!("raise evaluator.splits.{name} or add tasks")));
     }
     Ok(frozen)
 }

@@ -8,6 +8,7 @@
 pub mod evidence;
 pub mod init;
 pub mod keys;
+pub mod protocol;
 
 use crate::layout::{self, Paths};
 use crate::recipe::{self, Recipe};
@@ -37,6 +38,33 @@ pub struct EngineConfig {
     /// unconfined one's differs: a reader of the archive sees the weaker isolation.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unconfined_trials: bool,
+    /// The rest of the evaluation protocol ([`protocol`], docs/evaluation.md). Each is
+    /// absent at its default, so a workspace whose recipe sets none has the engine file,
+    /// and so the runtime fingerprint, it always had; one that sets any differs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_sample: Option<protocol::TaskSample>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub max_retries: u32,
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub agent_timeout_multiplier: f64,
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub verifier_timeout_multiplier: f64,
+    /// Names of the host variables passed to the agent and to the verifier; their values
+    /// are read when an evaluation runs ([`EngineConfig::trial_settings`]), never stored.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agent_env: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verifier_env: Vec<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+fn one() -> f64 {
+    1.0
+}
+fn is_one(x: &f64) -> bool {
+    *x == 1.0
 }
 
 impl EngineConfig {
@@ -67,8 +95,10 @@ impl EngineConfig {
 pub const ENGINE_SCHEMA: &str = "evolve.engine.v1";
 
 impl EngineConfig {
+    /// The engine configuration a recipe gives; a `static` task sample is chosen once the
+    /// task set is frozen ([`EngineConfig::freeze_sample`]).
     pub fn from_recipe(r: &Recipe) -> EngineConfig {
-        EngineConfig {
+        let mut config = EngineConfig {
             schema: ENGINE_SCHEMA.into(),
             engine: r.evaluator.engine.clone(),
             n_concurrent: r.evaluator.n_concurrent,
@@ -76,7 +106,15 @@ impl EngineConfig {
             agent_timeout_is_zero: true,
             primary_split: "gate".into(),
             unconfined_trials: r.evaluator.unconfined_trials,
-        }
+            task_sample: None,
+            max_retries: 0,
+            agent_timeout_multiplier: 1.0,
+            verifier_timeout_multiplier: 1.0,
+            agent_env: Vec::new(),
+            verifier_env: Vec::new(),
+        };
+        config.protocol_from(r);
+        config
     }
 
     /// The runtime fingerprint stamped on every evaluation: the engine configuration and
@@ -203,6 +241,7 @@ impl Workspace {
         }
         let task_set = FrozenTaskSet::from_json(&read(layout::TASK_SET_FILE)?)
             .map_err(|e| err(format!("{}: {e}", layout::TASK_SET_FILE)))?;
+        engine.check_protocol(&task_set)?;
         let evaluator_tree = store
             .subtree(genesis, layout::EVALUATOR_DIR)
             .map_err(|e| err(e.to_string()))?
@@ -226,7 +265,16 @@ impl Workspace {
 
     /// The split candidates are evaluated on.
     pub fn primary_split(&self) -> SplitName {
-        split_named(&self.engine.primary_split).unwrap_or(SplitName::Gate)
+        self.engine.split()
+    }
+
+    /// How many tasks one evaluation of the primary split runs.
+    pub fn tasks_per_evaluation(&self) -> usize {
+        let all = self.task_set.split.members(self.primary_split()).len();
+        self.engine
+            .task_sample
+            .as_ref()
+            .map_or(all, |s| (s.tasks_per_round as usize).min(all))
     }
 
     /// Open the archive as its single writer (the caller holds the run lock).
