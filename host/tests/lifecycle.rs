@@ -809,7 +809,8 @@ fn the_tasks_capability_runs_train_tasks_only() {
         &ws,
         engine,
         &checkout,
-        e.root().join("train-out"),
+        &e.root().join("train-stage"),
+        evolve::lifecycle::view::Redactor::new(&ws.task_set),
     );
     let train = backend.train_tasks();
     assert_eq!(train, ws.task_set.split.train);

@@ -11,6 +11,8 @@ mod chat;
 mod cmd;
 #[path = "support/common.rs"]
 mod common;
+#[path = "support/upstream.rs"]
+mod upstream;
 #[path = "support/ws.rs"]
 mod ws;
 
@@ -21,6 +23,7 @@ mod cli_recipe;
 mod cli_ux;
 mod config_normalization;
 mod driver;
+mod gateway;
 mod integrity;
 mod layers;
 mod lifecycle;

@@ -563,9 +563,11 @@ impl Driver {
         )
     }
 
-    /// Assemble mutate's read-only feedback bundle: the parent as operators see it and
+    /// Assemble mutate's read-only feedback bundle: the parent as operators see it,
     /// this generation's rollout and analysis evidence (their artifacts copied without
-    /// following links). Train evidence only: nothing here names a gate or sealed task.
+    /// following links) and the trajectories of the train trials rollout ran
+    /// (`trajectories/`, see [`copy_trajectories`]). Train evidence only: nothing here
+    /// names a gate or sealed task, nor holds a gate or sealed trial's trajectory.
     fn feedback_bundle(
         &self,
         run_dir: &Path,
@@ -599,6 +601,7 @@ impl Driver {
                 TreeLimits::default(),
             );
         }
+        copy_trajectories(&run_dir.join("rollout"), &dir);
         if !ok {
             return Err(RunError::new(format!(
                 "cannot write the feedback bundle in {}",
@@ -636,4 +639,31 @@ impl Driver {
             .take(n)
             .collect()
     }
+}
+
+/// Copy the trajectories the `tasks` capability kept for the stage call in `stage_dir`
+/// (its host-only copy, `train/trajectories/`: bounded, filtered, train trials only) into
+/// the bundle's `trajectories/`, without following a link and within the budget the
+/// backend wrote them under. Best effort: a bundle without them is still a bundle.
+fn copy_trajectories(stage_dir: &Path, bundle: &Path) {
+    use super::train::trajectories::{DIR, SCRATCH_BUDGET};
+    let from = stage_dir.join("train").join(DIR);
+    if !std::fs::symlink_metadata(&from).is_ok_and(|m| m.is_dir()) {
+        return;
+    }
+    let limits = TreeLimits {
+        max_entries: 20_000,
+        max_file_bytes: SCRATCH_BUDGET,
+        max_total_bytes: 2 * SCRATCH_BUDGET,
+        max_depth: 4,
+    };
+    let Ok(entries) = safe_tree::walk(&from, limits) else {
+        return;
+    };
+    let files: Vec<String> = entries
+        .into_iter()
+        .filter(|e| matches!(e.kind, safe_tree::EntryKind::File { .. }))
+        .map(|e| e.path)
+        .collect();
+    let _ = safe_tree::copy_files(&from, &files, &bundle.join(DIR), limits);
 }

@@ -30,7 +30,8 @@ impl Meter {
             &d.ws,
             d.engine.clone(),
             checkout,
-            stage_dir.join("train"),
+            stage_dir,
+            d.redactor.clone(),
         ));
         self.tasks
             .lock()

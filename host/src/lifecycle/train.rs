@@ -3,8 +3,13 @@
 //! snapshot. The sandbox already refuses any name outside `train_tasks()`; this backend
 //! additionally builds its plan from the train split alone, so a gate or sealed task can
 //! never be run or named through it.
+//!
+//! Each train trial's trajectory is handed on bounded: written into the calling stage's
+//! `/scratch/trajectories/` and named by the first line of the trial's report
+//! (`train/trajectories.rs`).
 
 use crate::layout;
+use crate::lifecycle::view::Redactor;
 use crate::sandbox::tasks::{RunRequest, TasksError, TrialReport};
 use crate::sandbox::types::TrialStatus as WitStatus;
 use crate::sandbox::{BoxFuture, TaskBackend};
@@ -17,6 +22,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
+
+pub mod trajectories;
 
 /// Most trials one `run` call may ask for.
 pub const MAX_TRIALS_PER_CALL: usize = 200;
@@ -34,19 +41,25 @@ pub struct TrainTasks {
     calls: AtomicU32,
     /// Σ of the agent-reported cost of every trial run through this backend.
     spent: Mutex<f64>,
+    trajectories: trajectories::Keeper,
 }
 
 impl TrainTasks {
     /// Trials of the candidate in `checkout` (its `target/` is the agent, its
-    /// `evaluator/tasks` the snapshot, verified against the frozen digests); trial
-    /// directories go under `out_root/run-<n>/`.
+    /// `evaluator/tasks` the snapshot, verified against the frozen digests) for the stage
+    /// call whose run directory is `stage_dir`: trial directories go under
+    /// `<stage_dir>/train/run-<n>/`, and their trajectories into `<stage_dir>/scratch`
+    /// (the call's `/scratch`, as `stages.rs` grants it), redacted by `redactor`.
     pub fn new(
         ws: &Workspace,
         engine: Arc<dyn Engine>,
         checkout: &Path,
-        out_root: PathBuf,
+        stage_dir: &Path,
+        redactor: Redactor,
     ) -> TrainTasks {
+        let out_root = stage_dir.join("train");
         TrainTasks {
+            trajectories: trajectories::Keeper::new(stage_dir.join("scratch"), &out_root, redactor),
             engine,
             task_set: ws.task_set.clone(),
             checkout: checkout.to_path_buf(),
@@ -134,16 +147,25 @@ impl TrainTasks {
         let result = run_evaluation(self.engine.clone(), &plan, &NoProgress).await;
         let cost: f64 = result.trials.iter().filter_map(|t| t.cost_usd).sum();
         *self.spent.lock().unwrap_or_else(|p| p.into_inner()) += cost;
-        let mut reports: Vec<TrialReport> = result
-            .trials
+        // In report order, so which trials' trajectories fit the budget is deterministic.
+        let mut trials: Vec<&TrialResult> = result.trials.iter().collect();
+        trials.sort_by(|a, b| a.task.cmp(&b.task).then(a.repetition.cmp(&b.repetition)));
+        let lines = self
+            .trajectories
+            .keep(n, &trials, &|text: &str| self.scrub(text));
+        let reports = trials
             .iter()
-            .map(|t| {
+            .zip(lines)
+            .map(|(t, line)| {
                 let mut r = report(t);
                 r.verifier_output = self.scrub(&r.verifier_output);
+                // First, not last: operators read a failure from the output's last line.
+                if let Some(line) = line {
+                    r.verifier_output = format!("{line}\n{}", r.verifier_output);
+                }
                 r
             })
             .collect();
-        reports.sort_by(|a, b| a.task.cmp(&b.task).then(a.repetition.cmp(&b.repetition)));
         Ok(reports)
     }
 }

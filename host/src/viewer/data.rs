@@ -33,7 +33,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn not_found(message: impl Into<String>) -> ApiError {
+    pub(super) fn not_found(message: impl Into<String>) -> ApiError {
         ApiError {
             status: 404,
             message: message.into(),
@@ -322,7 +322,7 @@ pub fn generations(audit: &Audit) -> Value {
 
 /// The row of `genid`, or a 404 naming it: ids are only ever looked up, never used as paths
 /// before they are known to be archived.
-fn known_row<'a>(audit: &'a Audit, genid: &str) -> Result<&'a Row, ApiError> {
+pub(super) fn known_row<'a>(audit: &'a Audit, genid: &str) -> Result<&'a Row, ApiError> {
     audit.row(genid).ok_or_else(|| {
         ApiError::not_found(format!(
             "generation `{}` is not in the archive; GET /api/generations lists them",
@@ -377,8 +377,8 @@ pub fn generation(ws: &Workspace, audit: &Audit, genid: &str) -> Result<Value, A
         "changes": generation_body.and_then(|b| b.get("changes")).cloned().unwrap_or(json!([])),
         "notes": generation_body.and_then(|b| b.get("notes")).cloned().unwrap_or(json!([])),
         "usage": usage(generation_body),
-        "evaluation": row.evaluation.as_ref().map(evaluation_json),
-        "anchors": row.anchors.iter().map(evaluation_json).collect::<Vec<_>>(),
+        "evaluation": row.evaluation.as_ref().map(|e| evaluation_json(ws, &row.genid, e)),
+        "anchors": row.anchors.iter().map(|e| evaluation_json(ws, &row.genid, e)).collect::<Vec<_>>(),
         "operators": operators(ws, audit, row),
         "events": events,
     }))
@@ -392,8 +392,9 @@ fn usage(body: Option<&Map<String, Value>>) -> Value {
     })
 }
 
-/// One evaluation with its per-task trial table.
-fn evaluation_json(ev: &Evaluation) -> Value {
+/// One evaluation with its per-task trial table; each trial says whether its directory
+/// holds a trajectory (`trajectory.rs` serves it).
+fn evaluation_json(ws: &Workspace, genid: &str, ev: &Evaluation) -> Value {
     let stamp = &ev.stamp;
     let trials: Vec<Value> = stamp
         .get("task_vector")
@@ -405,7 +406,12 @@ fn evaluation_json(ev: &Evaluation) -> Value {
                 .flat_map(|(task, t)| {
                     let list = t.get("trials").and_then(Value::as_array).cloned();
                     list.unwrap_or_default().into_iter().map(move |trial| {
+                        let rep = trial.get("trial").and_then(Value::as_u64);
+                        let trajectory = rep.and_then(|r| u32::try_from(r).ok()).is_some_and(|r| {
+                            super::trajectory::has_trajectory(ws, genid, ev, task, r)
+                        });
                         json!({
+                            "trajectory": trajectory,
                             "task": task,
                             "trial": trial.get("trial"),
                             "status": trial.get("status"),
@@ -676,4 +682,68 @@ fn diff_between(ws: &Workspace, from: (&str, Oid), to: (&str, Oid)) -> Result<Va
         "available": true, "changes": changes, "text": text,
         "truncated": text.ends_with(" bytes]\n") && text.contains("\n[diff truncated after "),
     }))
+}
+
+/// `GET /api/generations/<genid>/evaluations/<line>/trials/<task>/<trial>`: the trial
+/// looked up among the archived rows, then shown with its trajectory (`trajectory.rs`).
+pub fn trial(
+    ws: &Workspace,
+    audit: &Audit,
+    genid: &str,
+    line: &str,
+    task: &str,
+    trial: &str,
+) -> Result<Value, ApiError> {
+    let row = known_row(audit, genid)?;
+    let ev = evaluation_at(row, line)?;
+    let stamped = stamped_trial(ev, task, trial)?;
+    Ok(super::trajectory::trial(ws, row, ev, task, stamped))
+}
+
+/// The certified evaluation of `row` (its primary one or a sealed anchor) at archive
+/// line `line`.
+fn evaluation_at<'a>(row: &'a Row, line: &str) -> Result<&'a Evaluation, ApiError> {
+    let wanted: Option<u64> = line.parse().ok();
+    row.evaluation
+        .iter()
+        .chain(&row.anchors)
+        .find(|e| Some(e.line) == wanted)
+        .ok_or_else(|| {
+            ApiError::not_found(format!(
+                "gen {} has no certified evaluation at archive line `{}`; GET /api/generations/{} lists them",
+                row.genid,
+                clipped(line),
+                row.genid
+            ))
+        })
+}
+
+fn clipped(s: &str) -> String {
+    s.chars().take(80).collect()
+}
+
+/// The stamped record of `task`'s trial `trial` in `ev`'s task vector.
+fn stamped_trial<'a>(ev: &'a Evaluation, task: &str, trial: &str) -> Result<&'a Value, ApiError> {
+    let wanted: Option<u64> = trial.parse().ok();
+    ev.stamp
+        .get("task_vector")
+        .and_then(|v| v.get("tasks"))
+        .and_then(|t| t.get(task))
+        .and_then(|t| t.get("trials"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|t| {
+            t.get("trial")
+                .and_then(Value::as_u64)
+                .is_some_and(|n| Some(n) == wanted)
+        })
+        .ok_or_else(|| {
+            ApiError::not_found(format!(
+                "the evaluation at archive line {} has no trial `{}` of task `{}`",
+                ev.line,
+                clipped(trial),
+                clipped(task)
+            ))
+        })
 }

@@ -14,6 +14,7 @@
 //! No request names a file: generation ids are looked up among the archived rows.
 
 pub mod data;
+pub mod trajectory;
 
 use crate::command::{CliError, CliResult};
 use crate::workspace::Workspace;
@@ -108,6 +109,10 @@ pub fn router(viewer: Arc<Viewer>, port: u16) -> Router {
         .route("/api/generations", get(generations))
         .route("/api/generations/{genid}", get(generation))
         .route("/api/generations/{genid}/diff", get(generation_diff))
+        .route(
+            "/api/generations/{genid}/evaluations/{line}/trials/{task}/{trial}",
+            get(trial),
+        )
         .route("/api/champion/diff", get(champion_diff))
         .fallback(not_found)
         .with_state(viewer)
@@ -225,6 +230,18 @@ async fn generation_diff(
     UrlPath(genid): UrlPath<String>,
 ) -> Response {
     answer(v, move |ws, a| data::diff(ws, a, &genid)).await
+}
+
+/// The path's parts as text: a line or trial that is not a number is a 404 with a
+/// message (`data::trial`), not axum's plain-text 400.
+async fn trial(
+    State(v): State<Arc<Viewer>>,
+    UrlPath((genid, line, task, trial)): UrlPath<(String, String, String, String)>,
+) -> Response {
+    answer(v, move |ws, a| {
+        data::trial(ws, a, &genid, &line, &task, &trial)
+    })
+    .await
 }
 
 async fn champion_diff(State(v): State<Arc<Viewer>>) -> Response {

@@ -426,8 +426,8 @@ function operatorsBlock(ops) {
   return wrap;
 }
 
-function trialsBlock(ev, title) {
-  const wrap = html("div");
+function trialsBlock(genid, ev, title) {
+  const wrap = html("div", { className: "evaluation" });
   wrap.append(html("h3", { text: title }));
   wrap.append(kvTable([
     ["outcome", ev.outcome],
@@ -438,17 +438,90 @@ function trialsBlock(ev, title) {
     ["archive line", ev.line],
   ]));
   const table = html("table", { className: "trials" });
-  table.append(html("tr", {}, ...["task", "trial", "status", "reward", "error"].map((h) => html("th", { text: h }))));
+  // Where a trial's trajectory is drawn when its button is clicked.
+  const panel = html("div", { className: "trajectory", "data-state": "empty" });
+  table.append(html("tr", {}, ...["task", "trial", "status", "reward", "error", "trajectory"].map((h) => html("th", { text: h }))));
   for (const t of ev.trials) {
+    const button = t.trajectory
+      ? html("button", { type: "button", className: "show-trajectory", "data-task": t.task, "data-trial": t.trial, onclick: () => showTrajectory(panel, genid, ev.line, t.task, t.trial) }, "view")
+      : html("span", { className: "hint", text: "–" });
     table.append(html("tr", {},
       html("td", { className: "mono", value: t.task }),
       html("td", { text: t.trial ?? "–" }),
       html("td", { value: t.status ?? "–" }),
       html("td", { text: typeof t.reward === "number" ? t.reward.toFixed(4) : "–" }),
-      html("td", { value: t.error_kind || t.timeout_owner || "" })));
+      html("td", { value: t.error_kind || t.timeout_owner || "" }),
+      html("td", {}, button)));
   }
-  wrap.append(table);
+  wrap.append(table, panel);
   return wrap;
+}
+
+// ---------------------------------------------------------------- a trial's trajectory
+
+const tokensPhrase = (p, c, k) => `tokens ${p ?? 0} in / ${c ?? 0} out${k ? ` (${k} cached)` : ""}`;
+const fmtCost = (v) => (typeof v === "number" ? `$${v.toFixed(6)}` : null);
+
+// A JSON value as the page shows it: a string as its text, anything else as JSON (each key
+// and string a value of its own).
+function contentNode(v) {
+  if (typeof v === "string") return value(v);
+  return jsonValue(v);
+}
+
+// One ATIF step: who spoke (with model, tokens and cost), the message, the reasoning, each
+// tool call with its arguments (a command's text), each observation's content (its output).
+function stepNode(step) {
+  const m = step.metrics || {};
+  const head = [`#${step.step_id} `, html("span", { className: "source", text: step.source })];
+  if (step.model_name) head.push(" · model ", value(step.model_name));
+  if (typeof m.prompt_tokens === "number" || typeof m.completion_tokens === "number") head.push(` · ${tokensPhrase(m.prompt_tokens, m.completion_tokens, m.cached_tokens)}`);
+  if (fmtCost(m.cost_usd)) head.push(` · ${fmtCost(m.cost_usd)}`);
+  const li = html("li", { className: `step ${step.source}` }, html("div", { className: "step-head" }, ...head));
+  if (step.message) li.append(html("pre", { className: "message", value: step.message }));
+  if (step.reasoning_content) li.append(html("pre", { className: "reasoning" }, "reasoning: ", value(step.reasoning_content)));
+  for (const call of step.tool_calls || []) {
+    const args = call.arguments || {};
+    const command = typeof args.command === "string" && Object.keys(args).length === 1 ? value(args.command) : jsonValue(args);
+    li.append(html("div", { className: "tool-call" }, html("span", { className: "mono", value: call.function_name }), " ", html("span", { className: "hint", value: call.tool_call_id }), html("pre", { className: "arguments" }, command)));
+  }
+  for (const r of (step.observation && step.observation.results) || []) {
+    const label = r.source_call_id ? joined(["output of ", value(r.source_call_id)], "") : "output";
+    li.append(html("div", { className: "observation" }, html("span", { className: "hint" }, label), html("pre", { className: "output" }, contentNode(r.content))));
+  }
+  return li;
+}
+
+function renderTrajectory(panel, t) {
+  panel.replaceChildren(html("h4", {}, "Trajectory of ", value(t.task), ` trial ${t.trial}`, t.purpose ? ` (${t.purpose} evaluation, attempt ${t.attempt ?? "–"})` : ""));
+  if (!t.available) {
+    panel.append(html("p", { className: "hint", value: t.why || "no trajectory" }));
+    return;
+  }
+  const c = t.counts;
+  const totals = [`${c.steps} steps · ${c.tool_calls} tool calls · ${tokensPhrase(c.prompt_tokens, c.completion_tokens, c.cached_tokens)}`];
+  if (fmtCost(c.cost_usd)) totals.push(`cost ${fmtCost(c.cost_usd)}`);
+  const tr = t.trajectory;
+  panel.append(html("p", { className: "totals", text: totals.join(" · ") }));
+  panel.append(html("p", { className: "hint" }, "agent ", value(tr.agent.name), " ", value(tr.agent.version), tr.agent.model_name ? joined([" · model ", value(tr.agent.model_name)], "") : "", " · session ", value(tr.session_id)));
+  if (tr.notes) panel.append(html("pre", { className: "notes", value: tr.notes }));
+  panel.append(html("ol", { className: "steps" }, ...tr.steps.map(stepNode)));
+}
+
+async function showTrajectory(panel, genid, line, task, trial) {
+  panel.dataset.state = "loading";
+  try {
+    const enc = encodeURIComponent;
+    const t = await getJSON(`/api/generations/${enc(genid)}/evaluations/${enc(line)}/trials/${enc(task)}/${enc(trial)}`);
+    renderTrajectory(panel, t);
+    panel.dataset.task = task;
+    panel.dataset.trial = String(trial);
+    panel.dataset.state = "loaded";
+    showError(null);
+  } catch (e) {
+    panel.dataset.state = "error";
+    showError(e);
+  }
 }
 
 function renderDetail(g) {
@@ -475,8 +548,8 @@ function renderDetail(g) {
   ]));
   const d = $("detail");
   d.replaceChildren(html("h3", { text: "Operators" }), operatorsBlock(g.operators));
-  if (g.evaluation) d.append(trialsBlock(g.evaluation, `Evaluation (${g.evaluation.purpose})`));
-  for (const a of g.anchors) d.append(trialsBlock(a, "Sealed anchor"));
+  if (g.evaluation) d.append(trialsBlock(g.genid, g.evaluation, `Evaluation (${g.evaluation.purpose})`));
+  for (const a of g.anchors) d.append(trialsBlock(g.genid, a, "Sealed anchor"));
   const events = g.events.map((e) => html("span", {}, jsonValue(e)));
   d.append(html("details", {}, html("summary", { text: `archive events (${g.events.length})` }), html("pre", { className: "mono events" }, joined(events, "\n"))));
 }

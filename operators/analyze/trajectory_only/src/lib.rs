@@ -22,7 +22,13 @@
 //!   rewards 0) is below `fail_below`, together with the names the rollout itself listed
 //!   in a `failed` array of strings. Opaque keys of non-train tasks (`private-<n>`,
 //!   `private-unknown`) are never names: they are only counted, in `failing_private`;
-//! * `rollout_keys`: the rollout summary's top-level keys, sorted.
+//! * `rollout_keys`: the rollout summary's top-level keys, sorted;
+//! * `trajectories`, only when a flat trial record carries a `trajectory` object (what
+//!   rollout/train reads from the host's trajectory line): `kept` and `skipped` (records
+//!   with a `text` file, and with a `skipped` reason), Σ `steps`, `tool_calls`,
+//!   `prompt_tokens`, `completion_tokens` and `cost_usd` (`null` when none has one), and
+//!   `failing`: the `text` files of the failing tasks' trials, in record order (at most
+//!   `max_tasks`; `failing_total` counts them all), for mutate to read first.
 //!
 //! `failing_tasks` and `rollout_keys` hold at most `max_tasks` entries each;
 //! `failing_tasks_total` and `rollout_keys_total` count them all.
@@ -73,6 +79,9 @@ struct TrialRec<'a> {
     task: &'a str,
     status: String,
     reward: Option<f64>,
+    /// The host's trajectory of the trial, as rollout/train names it (host data: a
+    /// value of another shape is not a trajectory, and not an error).
+    trajectory: Option<&'a Map<String, Value>>,
 }
 
 fn field_str<'a>(obj: &'a Map<String, Value>, key: &str, path: &str) -> Result<&'a str, String> {
@@ -121,6 +130,7 @@ fn collect_trials(summary: &Map<String, Value>) -> Result<Vec<TrialRec<'_>>, Str
                 task,
                 status,
                 reward,
+                trajectory: obj.get("trajectory").and_then(Value::as_object),
             });
         }
     }
@@ -141,6 +151,7 @@ fn collect_trials(summary: &Map<String, Value>) -> Result<Vec<TrialRec<'_>>, Str
                     task,
                     status,
                     reward,
+                    trajectory: None,
                 });
             }
         }
@@ -193,7 +204,7 @@ pub fn analyze(summary_text: &str, max_tasks: usize, fail_below: f64) -> Result<
         .into_iter()
         .collect();
 
-    Ok(json!({
+    let mut out = json!({
         "analyze": "trajectory_only",
         "trials": trials.len(),
         "trials_by_status": by_status,
@@ -204,6 +215,49 @@ pub fn analyze(summary_text: &str, max_tasks: usize, fail_below: f64) -> Result<
         "failing_private": private.len(),
         "rollout_keys": keys.iter().take(max_tasks).collect::<Vec<_>>(),
         "rollout_keys_total": keys.len(),
+    });
+    if let Some(t) = trajectories(&trials, &names, max_tasks) {
+        out["trajectories"] = t;
+    }
+    Ok(out)
+}
+
+/// The totals of the trials' trajectories and the text files of the failing tasks'
+/// trials; `None` when no trial has one.
+fn trajectories(trials: &[TrialRec<'_>], failing: &[&str], max_tasks: usize) -> Option<Value> {
+    let with: Vec<(&TrialRec<'_>, &Map<String, Value>)> = trials
+        .iter()
+        .filter_map(|t| t.trajectory.map(|j| (t, j)))
+        .collect();
+    if with.is_empty() {
+        return None;
+    }
+    let count = |k: &str| {
+        with.iter()
+            .filter_map(|(_, j)| j.get(k).and_then(Value::as_u64))
+            .fold(0u64, u64::saturating_add)
+    };
+    let costs: Vec<f64> = with
+        .iter()
+        .filter_map(|(_, j)| j.get("cost_usd").and_then(Value::as_f64))
+        .filter(|c| c.is_finite() && *c >= 0.0)
+        .collect();
+    let text = |j: &Map<String, Value>| j.get("text").and_then(Value::as_str).map(str::to_string);
+    let failing_files: Vec<String> = with
+        .iter()
+        .filter(|(t, _)| failing.contains(&t.task))
+        .filter_map(|(_, j)| text(j))
+        .collect();
+    Some(json!({
+        "kept": with.iter().filter(|(_, j)| text(j).is_some()).count(),
+        "skipped": with.iter().filter(|(_, j)| j.get("skipped").is_some_and(Value::is_string)).count(),
+        "steps": count("steps"),
+        "tool_calls": count("tool_calls"),
+        "prompt_tokens": count("prompt_tokens"),
+        "completion_tokens": count("completion_tokens"),
+        "cost_usd": (!costs.is_empty()).then(|| costs.iter().sum::<f64>()),
+        "failing": failing_files.iter().take(max_tasks).collect::<Vec<_>>(),
+        "failing_total": failing_files.len(),
     }))
 }
 
@@ -277,6 +331,35 @@ mod tests {
                 "rollout_keys_total": 2,
             })
         );
+    }
+
+    #[test]
+    fn trajectories_are_totalled_and_the_failing_ones_listed() {
+        let tr = |text: &str, steps: u64, cost: Value| {
+            json!({"text": text, "json": text.replace(".txt", ".json"), "steps": steps,
+                   "tool_calls": steps / 2, "prompt_tokens": 100, "completion_tokens": 10,
+                   "cost_usd": cost})
+        };
+        let s = run(
+            json!({}),
+            json!({"trials": [
+                {"task": "a", "status": "benchmark-complete", "reward": 1.0,
+                 "trajectory": tr("trajectories/run-1/a__r0.txt", 4, json!(0.5))},
+                {"task": "b", "status": "timeout", "reward": null,
+                 "trajectory": tr("trajectories/run-1/b__r0.txt", 6, json!(null))},
+                {"task": "c", "status": "timeout", "reward": null,
+                 "trajectory": {"skipped": "trajectory.json is a link or not a regular file"}},
+                {"task": "d", "status": "timeout", "reward": null, "trajectory": "odd"},
+            ]}),
+        )
+        .unwrap();
+        assert_eq!(
+            s["trajectories"],
+            json!({"kept": 2, "skipped": 1, "steps": 10, "tool_calls": 5, "prompt_tokens": 200,
+                   "completion_tokens": 20, "cost_usd": 0.5,
+                   "failing": ["trajectories/run-1/b__r0.txt"], "failing_total": 1})
+        );
+        assert_eq!(s["trials"], 4);
     }
 
     #[test]

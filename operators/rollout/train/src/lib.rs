@@ -15,6 +15,13 @@
 //! verifier output, at most `output_chars` characters), the mean reward over the trials
 //! that have one, and the tasks with at least one failed trial; `cases.json` in
 //! `/scratch` holds the full trial reports.
+//!
+//! When a trial left a trajectory, the host wrote it (bounded, as ATIF JSON and as a text
+//! summary) into this call's `/scratch/trajectories/` and named both on the first line of
+//! the report's verifier output (`[trajectory] {"json": …, "text": …, "steps": …}`). That
+//! line becomes the trial's `trajectory` entry in the summary (paths relative to
+//! `/scratch`, and the counts), is left out of the summary's `verifier_output` tail, and
+//! both files become artifacts of the evidence, so they are copied on with it.
 
 use std::path::Path;
 
@@ -93,6 +100,58 @@ pub fn tasks_error(e: &TasksError) -> String {
     }
 }
 
+/// How the host's `tasks` capability starts the verifier output of a trial whose
+/// trajectory it kept (or could not keep).
+pub const TRAJECTORY_LINE: &str = "[trajectory] ";
+/// Where the host writes trajectories, relative to `/scratch`.
+pub const TRAJECTORIES_DIR: &str = "trajectories/";
+
+/// The host's trajectory line of a report (its first line), as JSON, with the file
+/// paths made relative to `/scratch`; `None` when the report has none. Paths outside
+/// `/scratch/trajectories/` are dropped: only the host's files are named.
+pub fn trajectory_of(t: &TrialReport) -> Option<Value> {
+    let first = t.verifier_output.lines().next()?;
+    let rest = first.strip_prefix(TRAJECTORY_LINE)?;
+    let Ok(Value::Object(mut v)) = evolve_operator_sdk::serde_json::from_str::<Value>(rest) else {
+        return None;
+    };
+    for key in ["json", "text"] {
+        let rel = v
+            .get(key)
+            .and_then(Value::as_str)
+            .and_then(|p| p.strip_prefix("/scratch/"))
+            .filter(|p| p.starts_with(TRAJECTORIES_DIR) && !p.split('/').any(|s| s == ".."))
+            .map(str::to_string);
+        match rel {
+            Some(rel) => v.insert(key.into(), Value::String(rel)),
+            None => v.remove(key),
+        };
+    }
+    Some(Value::Object(v))
+}
+
+/// The verifier output without the host's trajectory line.
+pub fn output_of(t: &TrialReport) -> &str {
+    match t.verifier_output.strip_prefix(TRAJECTORY_LINE) {
+        Some(rest) => rest.split_once('\n').map_or("", |(_, after)| after),
+        None => &t.verifier_output,
+    }
+}
+
+/// The trajectory files named by `reports` that are regular files in `scratch`, in
+/// report order: the evidence's artifacts after `cases.json`.
+pub fn trajectory_artifacts(reports: &[TrialReport], scratch: &Path) -> Vec<String> {
+    reports
+        .iter()
+        .filter_map(trajectory_of)
+        .flat_map(|v| {
+            ["json", "text"].map(|k| v.get(k).and_then(Value::as_str).map(str::to_string))
+        })
+        .flatten()
+        .filter(|rel| std::fs::symlink_metadata(scratch.join(rel)).is_ok_and(|m| m.is_file()))
+        .collect()
+}
+
 /// Whether a trial passed: completed, with a reward of at least `threshold`.
 pub fn passed(t: &TrialReport, threshold: f64) -> bool {
     t.status == TrialStatus::BenchmarkComplete && t.reward.is_some_and(|r| r >= threshold)
@@ -141,9 +200,12 @@ pub fn summarize(
         if let Some(r) = t.reward.filter(|r| r.is_finite()) {
             rewards.push(r);
         }
+        if let Some(trajectory) = trajectory_of(t) {
+            entry["trajectory"] = trajectory;
+        }
         if !ok {
             if output_chars > 0 {
-                entry["verifier_output"] = json!(tail(&t.verifier_output, output_chars));
+                entry["verifier_output"] = json!(tail(output_of(t), output_chars));
             }
             if !failed.contains(&t.task.as_str()) {
                 failed.push(&t.task);
@@ -221,9 +283,11 @@ pub fn rollout_with(
     let mut text = cases.to_string();
     text.push('\n');
     std::fs::write(scratch.join(CASES), text).map_err(|e| format!("cannot write {CASES}: {e}"))?;
+    let mut artifacts = vec![CASES.to_string()];
+    artifacts.extend(trajectory_artifacts(&reports, scratch));
     Ok(Evidence {
         summary: summary.to_string(),
-        artifacts: vec![CASES.into()],
+        artifacts,
     })
 }
 
@@ -444,6 +508,77 @@ mod tests {
         assert_eq!(summary["tasks"], json!(["predict-09", "predict-10"]));
         assert_eq!(summary["mean_reward"], json!(1.0));
         assert_eq!(summary["failed"], json!([]));
+    }
+
+    #[test]
+    fn the_hosts_trajectory_lines_become_entries_and_artifacts() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("trajectories/run-1")).unwrap();
+        for f in ["predict-01__r0.json", "predict-01__r0.txt"] {
+            std::fs::write(dir.path().join("trajectories/run-1").join(f), "{}").unwrap();
+        }
+        let kept = r#"[trajectory] {"json":"/scratch/trajectories/run-1/predict-01__r0.json","text":"/scratch/trajectories/run-1/predict-01__r0.txt","steps":3,"tool_calls":1,"prompt_tokens":10,"completion_tokens":2,"cached_tokens":0,"cost_usd":null,"truncated":false}"#;
+        let c = ctx(json!({"budget_tasks": 3, "output_chars": 100}));
+        let ev = rollout_with(
+            &c,
+            names(3),
+            |_| {
+                Ok(vec![
+                    report(
+                        "predict-01",
+                        0,
+                        TrialStatus::BenchmarkComplete,
+                        Some(0.0),
+                        &format!("{kept}\nwrong answer"),
+                    ),
+                    // A link planted outside the host's directory is not named.
+                    report(
+                        "predict-02",
+                        0,
+                        TrialStatus::BenchmarkComplete,
+                        Some(1.0),
+                        r#"[trajectory] {"json":"/scratch/cases.json","text":"/etc/passwd"}"#,
+                    ),
+                    report(
+                        "predict-03",
+                        0,
+                        TrialStatus::Timeout,
+                        None,
+                        "[trajectory] {\"skipped\":\"trajectory.json is a link or not a regular file: not followed, not read\"}\n[agent_timeout] ran out",
+                    ),
+                ])
+            },
+            dir.path(),
+        )
+        .unwrap();
+        assert_eq!(
+            ev.artifacts,
+            [
+                "cases.json",
+                "trajectories/run-1/predict-01__r0.json",
+                "trajectories/run-1/predict-01__r0.txt"
+            ]
+        );
+        let summary: Value = evolve_operator_sdk::serde_json::from_str(&ev.summary).unwrap();
+        let t = &summary["trials"];
+        assert_eq!(
+            t[0]["trajectory"]["text"],
+            "trajectories/run-1/predict-01__r0.txt"
+        );
+        assert_eq!(t[0]["trajectory"]["steps"], 3);
+        // The line is not part of the failure's output, which operators read from its end.
+        assert_eq!(t[0]["verifier_output"], "wrong answer");
+        assert_eq!(t[1]["trajectory"], json!({}));
+        assert!(
+            t[2]["trajectory"]["skipped"]
+                .as_str()
+                .unwrap()
+                .contains("not followed")
+        );
+        assert_eq!(t[2]["verifier_output"], "[agent_timeout] ran out");
+        // A report without the line is unchanged.
+        let plain = report("x", 0, TrialStatus::Timeout, None, "a\nb");
+        assert_eq!((trajectory_of(&plain), output_of(&plain)), (None, "a\nb"));
     }
 
     #[test]
