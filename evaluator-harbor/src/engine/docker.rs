@@ -583,24 +583,19 @@ impl DockerEngine {
             }
             Err(e) => Err(e),
         };
-        if let Err(e) = after {
-            let (status, err) = classify_error(&e);
-            result.status = status;
-            result.error = Some(err);
-        }
-        result.wall_time_sec = started.elapsed().as_secs_f64();
-        metered::conclude(
-            &mut result,
+        Ok(metered::finish(
+            result,
+            after,
+            started,
             Records {
                 trial_dir: &req.trial_dir,
                 agent_logs: &agent_dir,
                 session: &session_name,
-                agent_name: &metered::agent_name(&req.agent),
+                agent: &req.agent,
                 instruction: &task.instruction,
             },
             metered.as_ref(),
-        );
-        Ok(result)
+        ))
     }
 
     /// The agent's exit and timeout, then (unless the budget ran out, which makes the trial

@@ -16,7 +16,7 @@
 //! Under the model gateway (`TrialSettings::gateway`), a command agent's phase runs in a
 //! network namespace of its own whose only listening socket is the gateway's
 //! ([`super::reach`]); the gateway is opened before the phase and closed after it on every
-//! path, and what it metered is recorded by [`super::metered::conclude`]. WASI components
+//! path, and what it metered is recorded by [`super::metered::finish`]. WASI components
 //! and the oracle get no gateway.
 //!
 //! Only on an explicit opt-in ([`LocalEngine::unconfined`]) does a trial run on the host, with
@@ -930,7 +930,7 @@ impl LocalEngine {
             );
         }
         let budget_out = metered.as_ref().is_some_and(|m| m.budget_exhausted);
-        if let Err(e) = self
+        let after = self
             .after_agent(
                 &trial,
                 req,
@@ -941,25 +941,20 @@ impl LocalEngine {
                 &paths,
                 &env,
             )
-            .await
-        {
-            let (status, err) = classify_error(&e);
-            result.status = status;
-            result.error = Some(err);
-        }
-        result.wall_time_sec = started.elapsed().as_secs_f64();
-        metered::conclude(
-            &mut result,
+            .await;
+        Ok(metered::finish(
+            result,
+            after,
+            started,
             Records {
                 trial_dir: &trial_dir,
                 agent_logs: &l.agent_logs,
                 session: &session_name,
-                agent_name: &metered::agent_name(&req.agent),
+                agent: &req.agent,
                 instruction: &task.instruction,
             },
             metered.as_ref(),
-        );
-        Ok(result)
+        ))
     }
 
     /// What follows the agent phase: its quota and timeout, then (unless the budget ran out,

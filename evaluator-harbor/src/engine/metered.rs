@@ -5,6 +5,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::error::Error;
 use crate::gateway::{ModelGateway, TrialAccess, TrialModelLog};
@@ -79,7 +80,8 @@ pub struct Records<'a> {
     pub agent_logs: &'a Path,
     /// The attempt's name (its directory's name): the trajectory's session id.
     pub session: &'a str,
-    pub agent_name: &'a str,
+    /// The agent under test: names the trajectory when the agent's own file does not.
+    pub agent: &'a crate::agent::AgentSpec,
     pub instruction: &'a str,
 }
 
@@ -92,7 +94,7 @@ pub fn attempt_name(trial_dir: &Path, fallback: &str) -> String {
 }
 
 /// The agent's name in a trajectory its own file does not name.
-pub fn agent_name(agent: &crate::agent::AgentSpec) -> String {
+fn agent_name(agent: &crate::agent::AgentSpec) -> String {
     use crate::agent::{AgentEntry, AgentSpec};
     match agent {
         AgentSpec::Oracle => "oracle".into(),
@@ -106,10 +108,31 @@ pub fn agent_name(agent: &crate::agent::AgentSpec) -> String {
     }
 }
 
+/// End a trial whose phases are over, the same way on every engine: an error from the phases
+/// (`phases`) becomes the trial's status and error (see [`super::classify_error`]), the wall
+/// time is measured from `started`, and then [`conclude`] records what the agent spent and
+/// did, so budget exhaustion overrides whatever the phases decided.
+pub fn finish(
+    mut result: TrialResult,
+    phases: Result<(), Error>,
+    started: Instant,
+    rec: Records<'_>,
+    metered: Option<&TrialModelLog>,
+) -> TrialResult {
+    if let Err(e) = phases {
+        let (status, err) = super::classify_error(&e);
+        result.status = status;
+        result.error = Some(err);
+    }
+    result.wall_time_sec = started.elapsed().as_secs_f64();
+    conclude(&mut result, rec, metered);
+    result
+}
+
 /// Record what the agent spent and did, once its phases are over: `cost_usd` (metered, else
 /// the agent's `cost.json`), `usage`, `gateway.jsonl`, the trajectory, and, when the budget
 /// ran out, the trial's classification as `budget_exhausted`, whatever its reward.
-pub fn conclude(result: &mut TrialResult, rec: Records<'_>, metered: Option<&TrialModelLog>) {
+fn conclude(result: &mut TrialResult, rec: Records<'_>, metered: Option<&TrialModelLog>) {
     match metered {
         Some(log) => {
             result.cost_usd = Some(log.usage.usd).filter(|c| c.is_finite() && *c >= 0.0);
@@ -120,7 +143,7 @@ pub fn conclude(result: &mut TrialResult, rec: Records<'_>, metered: Option<&Tri
     }
     let built = crate::trajectory::build::build(crate::trajectory::build::Sources {
         session_id: rec.session,
-        agent_name: rec.agent_name,
+        agent_name: &agent_name(rec.agent),
         log: metered,
         agent_logs: rec.agent_logs,
         instruction: rec.instruction,
@@ -242,4 +265,115 @@ fn scaled(
         })
     })
     .transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::AgentSpec;
+    use crate::gateway::TrialUsage;
+    use crate::result::TimeoutOwner;
+
+    /// A trial whose verifier passed, as an engine holds it before [`finish`].
+    fn passed() -> TrialResult {
+        let mut r = TrialResult::failed(
+            "t",
+            0,
+            "local",
+            TrialStatus::BenchmarkComplete,
+            TrialError::new("unused", ""),
+        );
+        r.error = None;
+        r.reward = Some(1.0);
+        r
+    }
+
+    fn records<'a>(dir: &'a Path, agent: &'a AgentSpec) -> Records<'a> {
+        Records {
+            trial_dir: dir,
+            agent_logs: dir,
+            session: "t__r0",
+            agent,
+            instruction: "do it",
+        }
+    }
+
+    fn a_while_ago() -> Instant {
+        Instant::now() - std::time::Duration::from_millis(50)
+    }
+
+    #[test]
+    fn a_phase_error_becomes_the_trials_class_and_the_wall_time_is_measured() {
+        let d = tempfile::tempdir().unwrap();
+        let agent = AgentSpec::Oracle;
+        let bad = Error::new(crate::error::ErrorKind::InvalidAgent, "no such command");
+        let r = finish(
+            passed(),
+            Err(bad),
+            a_while_ago(),
+            records(d.path(), &agent),
+            None,
+        );
+        assert_eq!(r.status, TrialStatus::CandidateInvalid);
+        let err = r.error.expect("the phase's error is kept");
+        assert_eq!(err.kind, "invalid_agent");
+        assert!(err.message.contains("no such command"), "{}", err.message);
+        assert!(r.wall_time_sec >= 0.05, "wall time {}", r.wall_time_sec);
+        assert!(
+            !d.path().join(GATEWAY_LOG_FILE).exists(),
+            "nothing was metered"
+        );
+    }
+
+    #[test]
+    fn phases_that_succeed_leave_the_verdict_alone() {
+        let d = tempfile::tempdir().unwrap();
+        let agent = AgentSpec::Oracle;
+        let r = finish(
+            passed(),
+            Ok(()),
+            a_while_ago(),
+            records(d.path(), &agent),
+            None,
+        );
+        assert_eq!(r.status, TrialStatus::BenchmarkComplete);
+        assert_eq!(r.error, None);
+        assert_eq!(r.reward, Some(1.0));
+    }
+
+    /// Budget exhaustion is decided after the phases' error, so it wins over it.
+    #[test]
+    fn an_exhausted_budget_overrides_the_phases_verdict() {
+        let d = tempfile::tempdir().unwrap();
+        let agent = AgentSpec::Oracle;
+        let mut timed_out = passed();
+        timed_out.status = TrialStatus::Timeout;
+        timed_out.timeout_owner = Some(TimeoutOwner::Agent);
+        let log = TrialModelLog {
+            usage: TrialUsage {
+                calls: 3,
+                refused_by_budget: 1,
+                usd: 0.25,
+                ..TrialUsage::default()
+            },
+            exchanges: Vec::new(),
+            budget_exhausted: true,
+        };
+        let r = finish(
+            timed_out,
+            Err(Error::infra("the verifier could not start")),
+            a_while_ago(),
+            records(d.path(), &agent),
+            Some(&log),
+        );
+        assert_eq!(r.status, TrialStatus::InfrastructureFailed);
+        assert_eq!(r.timeout_owner, None);
+        assert_eq!(
+            r.error.as_ref().map(|e| e.kind.as_str()),
+            Some(BUDGET_EXHAUSTED)
+        );
+        assert_eq!(r.cost_usd, Some(0.25));
+        assert_eq!(r.usage.map(|u| u.calls), Some(3));
+        assert!(d.path().join(GATEWAY_LOG_FILE).exists());
+    }
 }
