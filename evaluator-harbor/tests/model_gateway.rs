@@ -473,3 +473,87 @@ async fn only_command_agents_are_given_the_gateway() {
     assert_eq!((t.usage.as_ref(), t.logs.trajectory.as_ref()), (None, None));
     assert_eq!(t.isolation.as_ref().unwrap().network, "namespace");
 }
+
+/// A command agent that only leaves a mark that it ran.
+fn marking_agent(root: &Path) -> AgentSpec {
+    let d = root.join("marker-agent");
+    write_exec(
+        &d.join("run.sh"),
+        "#!/bin/sh\ntouch \"$EVOLVE_AGENT_LOGS_DIR/ran\"\n",
+    );
+    std::fs::write(d.join("agent.toml"), "command = [\"./run.sh\"]\n").unwrap();
+    AgentSpec::Target(AgentManifest::load(&d).unwrap())
+}
+
+/// Drop `CAP_SYS_ADMIN` from the calling thread's effective set. Capabilities are per
+/// thread and inherited by the threads it starts, so the trial run from this thread (and
+/// the thread that would make its namespace) lacks it, as a root evolve in a container
+/// that withholds it does; other tests' threads keep it, and programs the trial execs (bwrap)
+/// get root's full set again.
+fn drop_sys_admin() {
+    use rustix::thread::{CapabilitySet, capabilities, set_capabilities};
+    let mut caps = capabilities(None).unwrap();
+    caps.effective.remove(CapabilitySet::SYS_ADMIN);
+    set_capabilities(None, caps).unwrap();
+    assert!(
+        !capabilities(None)
+            .unwrap()
+            .effective
+            .contains(CapabilitySet::SYS_ADMIN)
+    );
+}
+
+/// Under the gateway, a contained agent may reach nothing but the gateway's listener in a
+/// network namespace of its own. When that namespace cannot be made, the local engine must
+/// refuse the trial before the agent starts, naming what is missing, and never fall back to
+/// the host's network: not root (checked up front) or, for a root evolve, `CAP_SYS_ADMIN`
+/// (dropped here from the trial's threads).
+#[test]
+fn a_gateway_trial_without_a_network_namespace_is_refused_naming_what_is_missing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tasks = tmp.path().join("tasks");
+    answer_task(&tasks, "answer");
+    let agent = marking_agent(tmp.path());
+    let gw = TestGateway::new(write_answer_script("42"), None);
+    let out = tmp.path().join("out");
+    let root = rustix::process::geteuid().is_root();
+    let r = std::thread::scope(|s| {
+        s.spawn(|| {
+            if root {
+                drop_sys_admin();
+            }
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(evaluate(
+                    Arc::new(LocalEngine::default()),
+                    &tasks,
+                    agent,
+                    &out,
+                    gated(&gw),
+                    0,
+                ))
+        })
+        .join()
+        .unwrap()
+    });
+    let t = &r.trials[0];
+    assert_eq!(t.status, TrialStatus::InfrastructureFailed, "{t:#?}");
+    let err = t.error.as_ref().expect("the refusal is the trial's error");
+    assert_eq!(err.kind, "engine_error", "{err:?}");
+    let missing = if root { "CAP_SYS_ADMIN" } else { "not root" };
+    assert!(
+        err.message.contains("network namespace") && err.message.contains(missing),
+        "the refusal names {missing:?}: {}",
+        err.message
+    );
+    assert!(
+        gw.opened.lock().unwrap().is_empty(),
+        "the gateway served a trial it refused"
+    );
+    assert!(
+        !t.logs.agent_dir.join("ran").exists(),
+        "the agent ran although its namespace could not be made"
+    );
+}

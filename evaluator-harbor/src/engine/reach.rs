@@ -65,9 +65,8 @@ pub fn isolated() -> io::Result<(AgentNetwork, TcpListener)> {
     on_own_thread(|| {
         // SAFETY: CLONE_NEWNET only changes this thread's network namespace; without
         // CLONE_FILES/CLONE_FS no descriptor table or file-system state is unshared.
-        unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNET) }.map_err(
-            |e| io::Error::new(e.kind(), format!("cannot create a network namespace: {e}")),
-        )?;
+        unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNET) }
+            .map_err(|e| refused(e, "create a network namespace"))?;
         loopback_up()?;
         let listener = loopback_listener()?;
         let ns = std::fs::File::open("/proc/thread-self/ns/net")?;
@@ -93,11 +92,23 @@ pub fn inside(netns: &Path) -> io::Result<TcpListener> {
             target.as_fd(),
             Some(rustix::thread::LinkNameSpaceType::Network),
         )
-        .map_err(|e| {
-            io::Error::new(e.kind(), format!("cannot enter the network namespace: {e}"))
-        })?;
+        .map_err(|e| refused(e, "enter the network namespace"))?;
         loopback_listener()
     })
+}
+
+/// Why the kernel refused to `what`, naming the capability when that is what is missing: a
+/// bare "Operation not permitted" does not tell a non-root user, or a root evolve in a
+/// container that withholds the capability, what to change.
+fn refused(e: rustix::io::Errno, what: &str) -> io::Error {
+    let why = if e == rustix::io::Errno::PERM {
+        format!(
+            "cannot {what} ({e}): that takes CAP_SYS_ADMIN, which evolve lacks (it is not running as root, or runs where the capability is withheld)"
+        )
+    } else {
+        format!("cannot {what}: {e}")
+    };
+    io::Error::new(e.kind(), why)
 }
 
 /// Bring up `lo` in the calling thread's network namespace (a new one has it down).
