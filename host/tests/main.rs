@@ -16,6 +16,7 @@ mod upstream;
 #[path = "support/ws.rs"]
 mod ws;
 
+mod agent_model;
 mod architecture;
 mod cli_bench;
 mod cli_operator;

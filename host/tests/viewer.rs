@@ -1107,3 +1107,58 @@ fn a_rejected_candidate_shows_its_reason_and_the_tree_it_proposed() {
         "{summary}"
     );
 }
+
+#[test]
+fn a_trials_trajectory_is_served_with_its_messages_and_tokens() {
+    use super::agent_model::{evolve as with_key, experiment};
+    let upstream = super::upstream::Upstream::start(
+        (0..20)
+            .map(|_| super::upstream::answer("0.6", (10, 5)))
+            .collect(),
+    );
+    let e = experiment(
+        &upstream,
+        &super::ws::Spec {
+            budget_usd: 10.0,
+            generations: 1,
+            ..super::ws::Spec::default()
+        },
+    );
+    with_key(&e, &["init", "ws", "--recipe", "recipe.yaml"]).ok();
+    with_key(&e, &["run", "ws"]).ok();
+    let served = serve_with(e.evolve(&["view", "ws", "--json"]).command());
+    let gen0 = get_ok(&served, "/api/generations/0");
+    let ev = &gen0["evaluation"];
+    let trial = ev["trials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["trajectory"] == true)
+        .unwrap_or_else(|| panic!("no trial with a trajectory: {ev}"));
+    let path = format!(
+        "/api/generations/0/evaluations/{}/trials/{}/{}",
+        ev["line"],
+        trial["task"].as_str().unwrap(),
+        trial["trial"]
+    );
+    let shown = get_ok(&served, &path);
+    assert_eq!(shown["available"], true, "{shown}");
+    let text = shown["trajectory"].to_string();
+    assert!(
+        text.contains("A number near"),
+        "the request's message: {text}"
+    );
+    assert!(text.contains("0.6"), "the model's answer: {text}");
+    assert!(
+        shown["counts"].to_string().contains("15"),
+        "10 + 5 tokens: {shown}"
+    );
+    let missing = get(
+        &served,
+        &format!(
+            "/api/generations/0/evaluations/{}/trials/nope/0",
+            ev["line"]
+        ),
+    );
+    assert_eq!(missing.status, 404);
+}

@@ -416,6 +416,11 @@ pub struct EvaluationBody<V: Serialize> {
     /// Signed with the line, outside the folded stamp: `evolve verify` recomputes it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub members: Option<Vec<String>>,
+    /// The ledger ids of the agent's model calls the evaluation's trials made through the
+    /// host's gateway, already in `cost_usd` (the model ledger's key: a call listed by a
+    /// certified event is never charged again). Absent when the agent made none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_calls: Option<Vec<String>>,
     pub reason: String,
 }
 

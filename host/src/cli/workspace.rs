@@ -484,6 +484,9 @@ fn dry_run(ws: &Workspace, a: &RunArgs) -> CliResult {
             (t > 0).then(|| e.cost_usd() / t as f64)
         });
     let estimate = per_trial.map(|c| c * (trials + p.framework_trials) as f64);
+    let agent = ws.engine.agent_model.as_ref();
+    // The most one answer's completion can cost: the policy caps its tokens.
+    let answer_cap = agent.map(|m| m.prices.usd(0, u64::from(m.max_tokens)));
     if a.json {
         print_json(&json!({
             "generations": p.to_run, "max_generations": p.limit, "generations_in_workspace": p.existing,
@@ -492,6 +495,13 @@ fn dry_run(ws: &Workspace, a: &RunArgs) -> CliResult {
             "candidate_trials": trials, "genesis_and_anchor_trials": p.framework_trials,
             "cost_per_trial_usd": per_trial, "estimated_cost_usd": estimate,
             "spent_usd": state.spent(), "budget_usd": r.experiment.budget_usd,
+            "agent_model": agent.map(|m| json!({
+                "models": m.allowed_models, "max_tokens": m.max_tokens,
+                "input_per_mtok_usd": m.prices.input_per_mtok_usd,
+                "output_per_mtok_usd": m.prices.output_per_mtok_usd,
+                "max_completion_usd_per_call": answer_cap,
+                "included_in_cost_per_trial": true,
+            })),
         }));
         return Ok(ExitCode::SUCCESS);
     }
@@ -527,6 +537,15 @@ fn dry_run(ws: &Workspace, a: &RunArgs) -> CliResult {
             println!("  measured cost per trial ${p:.6} (gen/0): estimated ${e:.4} in evaluations")
         }
         _ => println!("  cost per trial: not measured yet (gen/0 has not been evaluated)"),
+    }
+    if let (Some(m), Some(cap)) = (agent, answer_cap) {
+        println!(
+            "  the agent's model calls go through the host's gateway, charged to the budget and part of the cost per trial: {} (allowed: {}), at most {} completion tokens per answer (${cap:.6}) plus its prompt at ${}/Mtok",
+            display::text(m.default_model()),
+            display::text(&m.allowed_models.join(", ")),
+            m.max_tokens,
+            m.prices.input_per_mtok_usd
+        );
     }
     println!(
         "  spent so far ${:.4}; budget ${:.4}",

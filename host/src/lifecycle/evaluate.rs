@@ -7,6 +7,7 @@
 //! (it has no certified event), the next attempt reuses its completed trials instead of
 //! re-running them, and says so (`source_attempts` and a `repair` event).
 
+use super::agent_model::AgentBudget;
 use super::progress::{Channel, Event, TrialProgress};
 use super::{Driver, RunError};
 use crate::layout;
@@ -57,6 +58,8 @@ pub struct Evaluated {
     pub attempt: u64,
     pub reused: Vec<ReusedTrial>,
     pub dir: PathBuf,
+    /// A trial found the budget spent when its agent called its model: the run stops.
+    pub budget_exhausted: bool,
 }
 
 /// Why no evaluation event can be written.
@@ -108,20 +111,22 @@ pub async fn evaluate(
     engine: Arc<dyn Engine>,
     req: &EvalRequest,
 ) -> Result<Evaluated, EvalError> {
-    evaluate_with(ws, engine, req, &Channel::default()).await
+    evaluate_with(ws, engine, req, &Channel::default(), None).await
 }
 
-/// [`evaluate`], reporting each finished trial to `progress`.
+/// [`evaluate`], reporting each finished trial to `progress`; with `agent`, the trials
+/// reach the agent's model through a gateway drawing on what is left of the budget.
 pub(crate) async fn evaluate_with(
     ws: &Workspace,
     engine: Arc<dyn Engine>,
     req: &EvalRequest,
     progress: &Channel,
+    agent: Option<AgentBudget<'_>>,
 ) -> Result<Evaluated, EvalError> {
     let started = Instant::now();
     // The passed variables are read first: an unset one stops the evaluation before it
     // makes anything.
-    let settings = ws.engine.trial_settings().map_err(|e| host(&e.what))?;
+    let mut settings = ws.engine.trial_settings().map_err(|e| host(&e.what))?;
     let generation = evolve_archive::event::genid_generation(&req.genid).unwrap_or(0);
     let selection = ws.engine.selection(&ws.task_set, req.split, generation);
     let base = ws.paths.evaluations(req.purpose, &req.genid);
@@ -134,6 +139,15 @@ pub(crate) async fn evaluate_with(
         + 1;
     let dir = base.join(format!("attempt-{attempt}"));
     std::fs::create_dir_all(&dir).map_err(host)?;
+    if let Some(a) = agent {
+        // Each trial's model calls are logged under the attempt (`model/<trial>-<n>/`),
+        // where the spend ledger's reconciliation finds their generation.
+        settings.gateway = Some(
+            a.model
+                .gateway(a.left_usd, dir.join("model"))
+                .map_err(host)?,
+        );
+    }
     let task_set_hash = ws
         .engine
         .task_set_hash(&ws.task_set, req.split)
@@ -273,6 +287,7 @@ pub(crate) async fn evaluate_with(
         attempt,
         source_attempts,
         members: selection.sampled.then(|| selection.members.clone()),
+        model_calls: model_calls(&result.trials),
         reason: result.reason.clone(),
     }
     .to_map();
@@ -283,10 +298,30 @@ pub(crate) async fn evaluate_with(
         attempt,
         reused,
         dir,
+        budget_exhausted: result.budget_exhausted,
     })
 }
 
+/// The ledger ids of the agent's model calls in `trials`, or `None` when there were none.
+fn model_calls(trials: &[TrialResult]) -> Option<Vec<String>> {
+    let ids: Vec<String> = trials
+        .iter()
+        .filter_map(|t| t.usage.as_ref())
+        .flat_map(|u| u.ledger_ids.iter().cloned())
+        .collect();
+    (!ids.is_empty()).then_some(ids)
+}
+
 impl Driver {
+    /// What an evaluation starting now may spend on the agent's model, if it has one.
+    fn agent_budget(&self) -> Option<AgentBudget<'_>> {
+        let model = self.agent_model.as_ref()?;
+        Some(AgentBudget {
+            model,
+            left_usd: self.ws.recipe.experiment.budget_usd - self.spent(),
+        })
+    }
+
     /// Run an evaluation; a changed evaluator is returned as an error for the caller to
     /// archive, a host failure stops the run.
     pub(crate) async fn evaluate(&self, req: &EvalRequest) -> super::Result<Evaluated> {
@@ -333,7 +368,7 @@ impl Driver {
         let result = tokio::select! {
             biased;
             () = self.cancel.cancelled() => None,
-            r = super::evaluate::evaluate_with(&self.ws, self.engine.clone(), req, &self.progress) => Some(r),
+            r = super::evaluate::evaluate_with(&self.ws, self.engine.clone(), req, &self.progress, self.agent_budget()) => Some(r),
         };
         if let Ok(mut t) = self.evaluation_time.lock() {
             *t += started.elapsed();
@@ -343,6 +378,10 @@ impl Driver {
             return Err(self.cancelled(std::slice::from_ref(&req.genid), "evaluate", parent));
         };
         if let Ok(ev) = &result {
+            if ev.budget_exhausted {
+                self.agent_budget_exhausted
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+            }
             self.progress.emit(Event::EvaluationFinished {
                 genid: req.genid.clone(),
                 purpose: req.purpose.to_string(),
@@ -389,7 +428,14 @@ fn reusable_trials(
                         .join("out/trials")
                         .join(evaluator_harbor::result::trial_name(task, rep))
                         .join("result.json");
-                    let t: TrialResult = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+                    let mut t: TrialResult =
+                        serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+                    // Its metered model calls were never billed by a certified event, so
+                    // the open of this run charged them (`spend::reconcile_model_spend`):
+                    // counted again here, they would be paid twice.
+                    if t.usage.is_some() {
+                        t.cost_usd = Some(0.0);
+                    }
                     (t.status == TrialStatus::BenchmarkComplete
                         && t.task == *task
                         && t.repetition == rep)

@@ -23,6 +23,7 @@ impl Driver {
     /// Ask the model provider once, before generation 1 spends anything, whether it is
     /// there (no model configured: nothing to ask).
     pub(super) async fn probe_model(&self) -> Result<()> {
+        self.probe_agent_model().await?;
         let Some(client) = &self.model else {
             return Ok(());
         };
@@ -50,6 +51,19 @@ impl Driver {
         .hint(
             "fix model.endpoint in the recipe (or EVOLVE_MODEL_ENDPOINT), start the server, or set the key; `evolve recipe check --check RECIPE` probes without running",
         ))
+    }
+
+    /// Ask the agent's model endpoint (`evaluator.model`) whether it is there: every
+    /// trial's agent calls it, so a run whose endpoint is down stops before spending.
+    async fn probe_agent_model(&self) -> Result<()> {
+        let Some(agent) = &self.agent_model else {
+            return Ok(());
+        };
+        self.say("checking the agent's model endpoint");
+        agent.client().probe().await.map_err(|e| {
+            RunError::new(format!("{e}; the agent under test calls it; no generation was run"))
+                .hint("fix evaluator.model.endpoint in the recipe, start the server, or set the key its api_key_env names; `evolve recipe check --check RECIPE` probes without running")
+        })
     }
 
     /// The infrastructure failure every fresh child of a generation ended with, if they

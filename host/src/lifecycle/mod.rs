@@ -24,6 +24,7 @@
 //! ends in the same state as an uninterrupted one.
 
 pub mod agent_driver;
+mod agent_model;
 mod anchors;
 mod checkouts;
 pub mod child;
@@ -316,6 +317,11 @@ pub struct Driver {
     engine: Arc<dyn Engine>,
     /// The experiment's model client, when the recipe (or the environment) names one.
     model: Option<crate::model::ModelClient>,
+    /// The agent under test's model, served to its trials by the gateway.
+    agent_model: Option<agent_model::AgentModel>,
+    /// Set when an evaluation's trials found the budget spent: the run stops after the
+    /// generation, as budget-exhausted.
+    agent_budget_exhausted: std::sync::atomic::AtomicBool,
     redactor: Redactor,
     verbose: bool,
     /// The sandbox's cancellation token: set when the user stops the run.
@@ -383,11 +389,11 @@ impl Driver {
         let engine = make_engine(&ws.engine, &ws.recipe).await?;
         spend::reconcile_model_spend(&ws, &mut archive)?;
         let model = spend::model_client(&ws.recipe)?;
+        let ledger = || crate::model::SpendLedger::new(spend::model_ledger_path(&ws));
         if let Some(client) = &model {
-            client.keep_ledger(crate::model::SpendLedger::new(spend::model_ledger_path(
-                &ws,
-            )));
+            client.keep_ledger(ledger());
         }
+        let agent_model = agent_model::AgentModel::open(&ws, model.as_ref(), ledger)?;
         let redactor = Redactor::new(&ws.task_set);
         let recipe = agent_driver::RecipeState::restore(&ws, &archive, &stages)?;
         Ok(Driver {
@@ -397,6 +403,8 @@ impl Driver {
             surface,
             engine,
             model,
+            agent_model,
+            agent_budget_exhausted: Default::default(),
             redactor,
             verbose,
             cancel,
@@ -548,6 +556,16 @@ impl Driver {
             let jobs = fresh.iter().zip(parents).map(|(g, p)| self.run_child(g, p));
             for r in futures_util::future::join_all(jobs).await {
                 r?;
+            }
+            if self
+                .agent_budget_exhausted
+                .load(std::sync::atomic::Ordering::SeqCst)
+            {
+                self.say(format!(
+                    "gen {generation}: budget exhausted: the agent's model calls found the budget spent mid-trial"
+                ));
+                status = RunStatus::BudgetExhausted;
+                break 'generations;
             }
             let state = self.state();
             self.write_champion_cache(&state);

@@ -9,6 +9,7 @@ use crate::model::MeteredModel;
 use crate::recipe::Recipe;
 use crate::sandbox::{Capabilities, NoModel};
 use crate::workspace::{Workspace, now};
+use evaluator_harbor::gateway::TrialSettings;
 use evolve_archive::{Archive, EventBody, RepairBody, Row};
 use serde_json::Value;
 use std::path::Path;
@@ -26,13 +27,16 @@ impl Meter {
     /// Capabilities with the model (metered against what is left of the budget) and
     /// train trials of the candidate in `checkout`.
     pub(super) fn tasks(&self, d: &Driver, checkout: &Path, stage_dir: &Path) -> Capabilities {
-        let t = Arc::new(TrainTasks::new(
-            &d.ws,
-            d.engine.clone(),
-            checkout,
-            stage_dir,
-            d.redactor.clone(),
-        ));
+        let t = Arc::new(
+            TrainTasks::new(
+                &d.ws,
+                d.engine.clone(),
+                checkout,
+                stage_dir,
+                d.redactor.clone(),
+            )
+            .with_settings(self.train_settings(d, stage_dir)),
+        );
         self.tasks
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -49,6 +53,23 @@ impl Meter {
             model: self.model_backend(d, stage_dir),
             tasks: Arc::new(crate::sandbox::NoTasks),
         }
+    }
+
+    /// The protocol's trial settings for a stage's train trials, with a gateway to the
+    /// agent's model drawing on what is left of the budget once the generation's other
+    /// calls are counted; its calls are logged under `<stage_dir>/train/model/`.
+    fn train_settings(&self, d: &Driver, stage_dir: &Path) -> TrialSettings {
+        // `run` checked the passed variables before generation 1; one unset since is
+        // missing from the trials, which then fail on their own and say so.
+        let mut settings = d.ws.engine.trial_settings().unwrap_or_default();
+        if let Some(agent) = &d.agent_model {
+            let left = d.ws.recipe.experiment.budget_usd - d.spent() - self.spent();
+            match agent.gateway(left.max(0.0), stage_dir.join("train").join("model")) {
+                Ok(gateway) => settings.gateway = Some(gateway),
+                Err(e) => d.say(format!("warning: train trials get no model gateway: {e}")),
+            }
+        }
+        settings
     }
 
     fn model_backend(&self, d: &Driver, stage_dir: &Path) -> Arc<dyn crate::sandbox::ModelBackend> {
@@ -92,9 +113,13 @@ impl Meter {
         for m in self.models.lock().unwrap_or_else(|p| p.into_inner()).iter() {
             bill.add(m.bill());
         }
+        let mut model_calls = bill.listed_calls().unwrap_or_default();
+        for t in self.tasks.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            model_calls.extend(t.model_calls());
+        }
         Charge {
             cost_usd: self.tasks_spent() + bill.usd,
-            model_calls: bill.listed_calls(),
+            model_calls: (!model_calls.is_empty()).then_some(model_calls),
         }
     }
 
@@ -259,16 +284,42 @@ fn genid_of_log(log: &str) -> Option<String> {
         .components()
         .filter_map(|c| c.as_os_str().to_str())
         .collect();
-    parts
-        .windows(2)
-        .rev()
-        .find(|w| w[0] == layout::RUNS_DIR && w[1].starts_with("gen-"))
-        .map(|w| w[1]["gen-".len()..].to_string())
+    // `runs/gen-<id>/…` (a stage call's log) or `runs/evaluations/<purpose>/gen-<id>/…`
+    // (a trial's calls through the agent's gateway).
+    let runs = parts.iter().rposition(|p| *p == layout::RUNS_DIR)?;
+    let rest = &parts[runs + 1..];
+    let at = match rest.first() {
+        Some(&"evaluations") => 2,
+        _ => 0,
+    };
+    rest.get(at)
+        .and_then(|p| p.strip_prefix("gen-"))
+        .map(str::to_string)
 }
 
 #[cfg(test)]
 mod tests {
     use evolve_archive::{EventBody, RepairBody, StatusBody};
+
+    #[test]
+    fn a_log_names_its_generation_for_stage_calls_and_evaluations() {
+        let of = |p: &str| super::genid_of_log(p);
+        assert_eq!(
+            of("/w/ws/runs/gen-3/mutate/model/model.jsonl").as_deref(),
+            Some("3")
+        );
+        assert_eq!(
+            of("ws/runs/evaluations/candidate/gen-1.2/attempt-1/model/t__r0-1/model.jsonl")
+                .as_deref(),
+            Some("1.2")
+        );
+        assert_eq!(
+            of("/runs/ws/runs/evaluations/genesis/gen-0/attempt-2/model/x/m").as_deref(),
+            Some("0")
+        );
+        assert_eq!(of("ws/runs/evaluations/gen-1/model.jsonl"), None);
+        assert_eq!(of("ws/other/gen-1/model.jsonl"), None);
+    }
 
     #[test]
     fn bodies_list_model_calls_under_the_ledgers_key() {

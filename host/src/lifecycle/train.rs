@@ -16,6 +16,7 @@ use crate::sandbox::{BoxFuture, TaskBackend};
 use crate::workspace::Workspace;
 use evaluator_harbor::agent::{AgentManifest, AgentSpec};
 use evaluator_harbor::engine::{Engine, EvaluationPlan, NoProgress, run_evaluation};
+use evaluator_harbor::gateway::TrialSettings;
 use evaluator_harbor::result::{ScoringPolicy, TrialResult, TrialStatus};
 use evaluator_harbor::split::{FrozenTaskSet, SplitName};
 use std::path::{Path, PathBuf};
@@ -39,8 +40,13 @@ pub struct TrainTasks {
     policy: ScoringPolicy,
     n_concurrent: usize,
     calls: AtomicU32,
-    /// Σ of the agent-reported cost of every trial run through this backend.
+    /// Σ of the cost of every trial run through this backend (metered by the gateway,
+    /// else as the agent reported it).
     spent: Mutex<f64>,
+    /// The ledger ids of the agent's model calls those trials made through the gateway.
+    model_calls: Mutex<Vec<String>>,
+    /// The evaluation protocol's trial settings, and the gateway to the agent's model.
+    settings: TrialSettings,
     trajectories: trajectories::Keeper,
 }
 
@@ -71,6 +77,8 @@ impl TrainTasks {
             n_concurrent: ws.engine.n_concurrent.max(1) as usize,
             calls: AtomicU32::new(0),
             spent: Mutex::new(0.0),
+            model_calls: Mutex::default(),
+            settings: TrialSettings::default(),
         }
     }
 
@@ -93,6 +101,21 @@ impl TrainTasks {
             }
         }
         out
+    }
+
+    /// Run the trials with `settings` (the protocol's passed variables and timeout
+    /// multipliers, and the gateway its agent reaches its model through).
+    pub fn with_settings(mut self, settings: TrialSettings) -> TrainTasks {
+        self.settings = settings;
+        self
+    }
+
+    /// The ledger ids of the model calls the trials run so far made.
+    pub fn model_calls(&self) -> Vec<String> {
+        self.model_calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// What the trials run so far reported spending.
@@ -144,9 +167,17 @@ impl TrainTasks {
         plan.repetitions = request.repetitions;
         plan.policy = self.policy;
         plan.n_concurrent = self.n_concurrent;
+        plan.settings = self.settings.clone();
         let result = run_evaluation(self.engine.clone(), &plan, &NoProgress).await;
         let cost: f64 = result.trials.iter().filter_map(|t| t.cost_usd).sum();
         *self.spent.lock().unwrap_or_else(|p| p.into_inner()) += cost;
+        self.model_calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(
+                (result.trials.iter().filter_map(|t| t.usage.as_ref()))
+                    .flat_map(|u| u.ledger_ids.iter().cloned()),
+            );
         // In report order, so which trials' trajectories fit the budget is deterministic.
         let mut trials: Vec<&TrialResult> = result.trials.iter().collect();
         trials.sort_by(|a, b| a.task.cmp(&b.task).then(a.repetition.cmp(&b.repetition)));

@@ -55,6 +55,11 @@ pub struct EngineConfig {
     pub agent_env: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub verifier_env: Vec<String>,
+    /// What the model gateway enforces for the agent under test (`evaluator.model`): the
+    /// allowed models, the token cap, the prices and the endpoint's digest. Frozen here,
+    /// so it is part of the runtime fingerprint, and so of every evaluation's contract.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_model: Option<crate::model::GatewayPolicy>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -112,6 +117,7 @@ impl EngineConfig {
             verifier_timeout_multiplier: 1.0,
             agent_env: Vec::new(),
             verifier_env: Vec::new(),
+            agent_model: None,
         };
         config.protocol_from(r);
         config

@@ -86,6 +86,12 @@ impl EngineConfig {
         self.verifier_timeout_multiplier = e.verifier_timeout_multiplier;
         self.agent_env = e.agent_env.clone();
         self.verifier_env = e.verifier_env.clone();
+        // `init` refuses a malformed block before it gets here (`model::check_init_model`).
+        let block = e.model.clone().unwrap_or(Value::Null);
+        self.agent_model = crate::model::GatewayConfig::from_recipe(&block)
+            .ok()
+            .flatten()
+            .map(|c| c.policy());
     }
 
     /// Choose the static sample from the frozen task set (seeded by the split seed), and

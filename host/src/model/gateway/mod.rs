@@ -80,12 +80,23 @@ impl Gateway {
         budget_left_usd: f64,
         log_root: Option<PathBuf>,
     ) -> Result<Gateway, ModelConfigError> {
+        Gateway::drawing_on(client, policy, BudgetPool::new(budget_left_usd), log_root)
+    }
+
+    /// [`Gateway::new`] drawing on `pool`, which other gateways (evaluations running at
+    /// the same time) may share: together they never reserve more than it holds.
+    pub fn drawing_on(
+        client: ModelClient,
+        policy: GatewayPolicy,
+        pool: Arc<BudgetPool>,
+        log_root: Option<PathBuf>,
+    ) -> Result<Gateway, ModelConfigError> {
         policy.check_client(&client)?;
         Ok(Gateway {
             shared: Arc::new(Shared {
                 client,
                 policy,
-                pool: BudgetPool::new(budget_left_usd),
+                pool,
                 log_root,
             }),
             trials: Mutex::default(),
