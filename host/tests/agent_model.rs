@@ -401,3 +401,118 @@ fn train_trajectories_reach_rollout_and_mutate_bounded_and_no_gate_or_sealed_one
         "{texts:?}"
     );
 }
+
+/// Docker with the Python test image, or `false` (skip, with the reason) outside CI; with
+/// CI=true a missing daemon or image fails the test.
+fn docker_with_python() -> bool {
+    let ci = super::ws::ci();
+    let up = std::process::Command::new("docker")
+        .arg("info")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !up {
+        assert!(
+            !ci,
+            "CI=true but `docker info` fails: the Docker tests are required in CI"
+        );
+        eprintln!("SKIP: Docker daemon not available");
+        return false;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../evaluator-harbor/testdata/build-python-image.sh");
+    let built = std::process::Command::new("bash")
+        .arg(script)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        built || !ci,
+        "CI=true but the Python test image cannot be built"
+    );
+    built
+}
+
+#[test]
+fn on_the_docker_engine_the_agent_reaches_only_the_gateway_and_is_metered_the_same() {
+    if !docker_with_python() {
+        return;
+    }
+    let upstream = Upstream::start((0..40).map(|_| answer("0.6", (10, 5))).collect());
+    let e = experiment(
+        &upstream,
+        &Spec {
+            budget_usd: 10.0,
+            ..Spec::default()
+        },
+    );
+    for entry in std::fs::read_dir(e.root().join("tasks")).unwrap().flatten() {
+        let toml = entry.path().join("task.toml");
+        let text = std::fs::read_to_string(&toml).unwrap();
+        std::fs::write(
+            &toml,
+            format!("{text}[environment]\ndocker_image = \"evolve-harbor-test-python:1\"\n"),
+        )
+        .unwrap();
+        std::fs::remove_dir_all(entry.path().join("environment")).unwrap();
+    }
+    let recipe_path = e.root().join("recipe.yaml");
+    let recipe = std::fs::read_to_string(&recipe_path).unwrap();
+    std::fs::write(
+        &recipe_path,
+        recipe.replacen("engine: local", "engine: docker", 1),
+    )
+    .unwrap();
+
+    evolve(&e, &["init", "ws", "--recipe", "recipe.yaml"]).ok();
+    let run = evolve(&e, &["run", "ws", "--json"]).ok();
+    let summary = run.json();
+    assert_eq!(summary["status"], "complete", "{summary}");
+    assert_eq!(summary["genesis_score"], 0.6, "{summary}");
+    let evals = evaluations(&e);
+    let trials: u64 = evals
+        .iter()
+        .map(|ev| ev["body"]["trials"].as_u64().unwrap())
+        .sum();
+    let calls = upstream
+        .seen()
+        .iter()
+        .filter(|s| s.path.ends_with("/chat/completions"))
+        .count() as u64;
+    assert_eq!(calls, trials, "one call per trial");
+    for ev in &evals {
+        let ids = ev["body"]["model_calls"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            ids.len() as u64,
+            ev["body"]["trials"].as_u64().unwrap(),
+            "{ev}"
+        );
+    }
+    let spent = summary["spent_usd"].as_f64().unwrap();
+    assert!((spent - 0.015 * calls as f64).abs() < 1e-9, "{summary}");
+    let runs = e.ws.join("runs/evaluations");
+    assert_eq!(named(&runs, "trajectory.json").len() as u64, trials);
+    let envs = named(&runs, "env.json");
+    assert!(!envs.is_empty());
+    for path in envs {
+        let env: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert!(
+            env["OPENAI_BASE_URL"]
+                .as_str()
+                .unwrap()
+                .starts_with("http://127.0.0.1:")
+        );
+        assert!(env.get(KEY_VAR).is_none(), "{path:?}");
+    }
+    let mut all = Vec::new();
+    files(e.root(), &mut all);
+    for path in all {
+        let bytes = std::fs::read(&path).unwrap();
+        assert!(
+            !bytes.windows(KEY.len()).any(|w| w == KEY.as_bytes()),
+            "the key is in {path:?}"
+        );
+    }
+    e.evolve(&["verify", "ws"]).ok();
+}
