@@ -384,11 +384,7 @@ pub fn schema() -> Schema {
                     )
                     .field(
                         "prices",
-                        object(
-                            Fields::new()
-                                .field("input_per_mtok_usd", number().minimum(0.0).description("USD per million prompt tokens"))
-                                .field("output_per_mtok_usd", number().minimum(0.0).description("USD per million completion tokens")),
-                        ),
+                        prices(),
                     )
                     .field("timeout_s", number().minimum(0.001).description("Bound on one chat call, retries included (default 120)"))
                     .field("max_retries", integer().minimum(0.0).maximum(10.0).description("Retries on 429, 5xx and connection errors (default 3)"))
@@ -398,6 +394,25 @@ pub fn schema() -> Schema {
         .refine(cross_checks)
         .build()
         .expect("the recipe schema is valid")
+}
+
+/// A model block's `prices` (the operators' and the agent's).
+fn prices() -> evolve_config_schema::Field {
+    object(
+        Fields::new()
+            .field(
+                "input_per_mtok_usd",
+                number()
+                    .minimum(0.0)
+                    .description("USD per million prompt tokens"),
+            )
+            .field(
+                "output_per_mtok_usd",
+                number()
+                    .minimum(0.0)
+                    .description("USD per million completion tokens"),
+            ),
+    )
 }
 
 /// `evaluator.model`: the agent under test's model, served to it by the host's model
@@ -411,11 +426,7 @@ fn agent_model() -> evolve_config_schema::Field {
             .field("api_key_env", string().description("Name of the host variable holding the upstream key (default OPENAI_API_KEY)"))
             .field(
                 "prices",
-                object(
-                    Fields::new()
-                        .field("input_per_mtok_usd", number().minimum(0.0).description("USD per million prompt tokens"))
-                        .field("output_per_mtok_usd", number().minimum(0.0).description("USD per million completion tokens")),
-                ),
+                prices(),
             )
             .field("timeout_s", number().minimum(0.001).description("Bound on one agent call, retries included (default 120)"))
             .field("max_retries", integer().minimum(0.0).maximum(10.0).description("Retries on 429, 5xx, connection errors and garbled answers (default 3)"))
