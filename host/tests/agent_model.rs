@@ -473,3 +473,19 @@ fn on_the_docker_engine_the_agent_reaches_only_the_gateway_and_is_metered_the_sa
     evolve(&e, &["init", "ws", "--recipe", "recipe.yaml"]).ok();
     assert_evolved_through_the_gateway(&e, &upstream);
 }
+
+#[test]
+fn priced_agent_calls_with_no_budget_stop_the_run_before_anything_is_evaluated() {
+    let upstream = Upstream::start(Vec::new());
+    let e = experiment(&upstream, &Spec::default()); // budget_usd: 0
+    evolve(&e, &["init", "ws", "--recipe", "recipe.yaml"]).ok();
+    let run = evolve(&e, &["run", "ws"]).run();
+    assert_ne!(run.output.status.code(), Some(0), "{}", text(&run.output));
+    assert!(
+        run.stderr().contains("evaluator.model.prices") && run.stderr().contains("budget"),
+        "{}",
+        run.stderr()
+    );
+    assert!(evaluations(&e).is_empty());
+    assert!(upstream.seen().iter().all(|s| s.method != "POST"));
+}

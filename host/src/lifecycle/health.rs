@@ -59,6 +59,16 @@ impl Driver {
         let Some(agent) = &self.agent_model else {
             return Ok(());
         };
+        let prices = &self.ws.engine.agent_model.as_ref().map(|p| p.prices);
+        let priced = prices.is_some_and(|p| p.usd(1, 1) > 0.0);
+        let left = self.ws.recipe.experiment.budget_usd - self.spent();
+        if priced && left <= 0.0 {
+            return Err(RunError::new(format!(
+                "the agent's model calls are priced (evaluator.model.prices), but the budget has ${:.4} left: every trial would be refused its first call; no generation was run",
+                left.max(0.0)
+            ))
+            .hint("raise experiment.budget_usd (it pays for the agent's calls and the operators')"));
+        }
         self.say("checking the agent's model endpoint");
         agent.client().probe().await.map_err(|e| {
             RunError::new(format!("{e}; the agent under test calls it; no generation was run"))
