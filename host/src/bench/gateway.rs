@@ -359,3 +359,21 @@ async fn completion(
     });
     (StatusCode::OK, axum::Json(answer))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spend_that_does_not_add_up_is_an_error() {
+        let one = PRICES.usd(USAGE.0, USAGE.1);
+        let all = 200.0 * one;
+        assert!(check_spend(all, all, all).is_ok());
+        // Sums in another order: equal to the last bits, accepted.
+        assert!(check_spend(all + 1e-15, all, all - 1e-15).is_ok());
+        let pool = check_spend(all + one, all, all).unwrap_err();
+        assert!(pool.contains("budget pool spent"), "{pool}");
+        let answers = check_spend(all, all, all - one).unwrap_err();
+        assert!(answers.contains("usage in their answers"), "{answers}");
+    }
+}
