@@ -275,8 +275,8 @@ async fn chat(client: &HttpClient, url: &str, token: &str) -> Result<(u64, u64),
     if status != StatusCode::OK {
         return Err(format!("POST {url}: HTTP {status}: {text}"));
     }
-    let answer: Value =
-        serde_json::from_slice(&bytes).map_err(|e| format!("POST {url}: not JSON ({e}): {text}"))?;
+    let answer: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| format!("POST {url}: not JSON ({e}): {text}"))?;
     let count = |k: &str| answer["usage"][k].as_u64();
     match (count("prompt_tokens"), count("completion_tokens")) {
         (Some(p), Some(c)) if answer["choices"][0]["message"].is_object() => Ok((p, c)),
@@ -345,7 +345,8 @@ async fn completion(
     requests.fetch_add(1, Ordering::Relaxed);
     let is_chat = serde_json::from_slice::<Value>(&body).is_ok_and(|v| v["messages"].is_array());
     if !is_chat {
-        let error = json!({"error": {"message": "not a chat request", "type": "invalid_request_error"}});
+        let error =
+            json!({"error": {"message": "not a chat request", "type": "invalid_request_error"}});
         return (StatusCode::BAD_REQUEST, axum::Json(error));
     }
     let (prompt, completion) = USAGE;

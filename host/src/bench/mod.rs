@@ -345,7 +345,9 @@ fn print_trial_startup(t: &trial::TrialStartup) {
 }
 
 fn print_gateway(g: &gateway::GatewayOverhead) {
-    println!("model gateway (non-streaming chat call, scripted upstream on 127.0.0.1), alternated:");
+    println!(
+        "model gateway (non-streaming chat call, scripted upstream on 127.0.0.1), alternated:"
+    );
     println!("  {:<50} {:>11} {:>11}", "", "median", "P95");
     let line = |name: &str, s: &stats::Stat| {
         println!(
