@@ -1,5 +1,7 @@
-//! `evolve bench`: the output's shape only (never its timings, which depend on the
-//! machine). One iteration of every measurement, through the real binary.
+//! `evolve bench`: the output's shape (never its timings, which depend on the machine),
+//! one iteration of every measurement through the real binary; and the correctness of
+//! the model gateway's concurrent burst, through the library: every call succeeds and
+//! the charges add up to the budget pool's spend.
 
 use serde_json::Value;
 
@@ -22,6 +24,31 @@ fn stat_ok(v: &Value, what: &str) {
         v["samples"].as_u64().is_some_and(|n| n >= 1),
         "{what}.samples"
     );
+}
+
+/// The concurrent burst through the gateway: every call answered, and the pool's spend
+/// the sum of the calls' charges (which the bench checks itself, failing otherwise).
+fn concurrent_ok(c: &Value) {
+    assert_eq!(
+        (&c["calls"], &c["trials"], &c["succeeded"]),
+        (&Value::from(200), &Value::from(4), &Value::from(200)),
+        "{c}"
+    );
+    let (spent, charged) = (c["spent_usd"].as_f64(), c["charged_usd"].as_f64());
+    let (spent, charged) = (spent.unwrap(), charged.unwrap());
+    // 200 calls of 10 prompt and 2 completion tokens at $0.15 and $0.60 per million.
+    let expected = 200.0 * (10.0 * 0.15 + 2.0 * 0.60) / 1e6;
+    assert!((spent - charged).abs() < 1e-12, "{c}");
+    assert!((charged - expected).abs() < 1e-12, "{c}");
+    assert!(c["wall_ms"].as_f64().is_some_and(|x| x > 0.0), "{c}");
+}
+
+#[test]
+fn the_gateway_bench_succeeds_every_concurrent_call_and_its_spend_adds_up() {
+    let rt = evolve::command::runtime().unwrap();
+    let g = evolve::bench::gateway::measure(&rt, 2).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((g.direct.samples, g.through_gateway.samples), (2, 2));
+    concurrent_ok(&serde_json::to_value(&g.concurrent).unwrap());
 }
 
 #[test]
@@ -106,6 +133,14 @@ fn bench_json_has_every_measurement() {
     // CI and the developers' machines have bubblewrap: the jail's cost is measured too.
     stat_ok(&t["contained"], "trial_startup.contained");
     assert!(t["added_ms"].as_f64().is_some_and(f64::is_finite), "{t}");
+
+    let g = &r["model_gateway"];
+    stat_ok(&g["direct"], "model_gateway.direct");
+    stat_ok(&g["through_gateway"], "model_gateway.through_gateway");
+    for k in ["added_p50_ms", "added_p95_ms"] {
+        assert!(g[k].as_f64().is_some_and(f64::is_finite), "{k}: {g}");
+    }
+    concurrent_ok(&g["concurrent"]);
 
     let goals = r["goals"].as_array().expect("goals");
     assert_eq!(goals.len(), 4);

@@ -11,11 +11,15 @@
 //!   no-op evaluation engine, split into operator, evaluation and framework time
 //!   ([`generation`]);
 //! * one trivial local trial run on the host and in its bubblewrap jail, alternated: what
-//!   containing the agent costs per trial ([`trial`]).
+//!   containing the agent costs per trial ([`trial`]);
+//! * a chat call straight to a scripted upstream on 127.0.0.1 and through the model
+//!   gateway, alternated, and 200 concurrent calls through the gateway whose charges
+//!   must add up to the budget pool's spend ([`gateway`]).
 //!
 //! Numbers are printed, never asserted: timing depends on the machine and its load.
 
 pub mod fixture;
+pub mod gateway;
 pub mod generation;
 pub mod invoke;
 pub mod machine;
@@ -78,6 +82,7 @@ pub struct Report {
     pub operator_invocation: invoke::Invocation,
     pub generation: generation::Generations,
     pub trial_startup: trial::TrialStartup,
+    pub model_gateway: gateway::GatewayOverhead,
     pub goals: Vec<Goal>,
 }
 
@@ -147,6 +152,8 @@ pub fn measure(work: &std::path::Path, n: usize) -> Result<Report, String> {
     let invocation_dir = work.join("invoke");
     let operator_invocation = invoke::measure(&rt, &invocation_dir, n)?;
     let trial_startup = trial::measure(&rt, &work.join("trial"), n)?;
+    // Cheap calls: ten times the samples, as for cached invocations.
+    let model_gateway = gateway::measure(&rt, 10 * n)?;
     let mut goals = goals(&rows, &operator_invocation, &generation);
     goals.push(Goal {
         goal: format!(
@@ -169,6 +176,7 @@ pub fn measure(work: &std::path::Path, n: usize) -> Result<Report, String> {
         operator_invocation,
         generation,
         trial_startup,
+        model_gateway,
         goals,
     })
 }
@@ -336,6 +344,41 @@ fn print_trial_startup(t: &trial::TrialStartup) {
     }
 }
 
+fn print_gateway(g: &gateway::GatewayOverhead) {
+    println!(
+        "model gateway (non-streaming chat call, scripted upstream on 127.0.0.1), alternated:"
+    );
+    println!("  {:<50} {:>11} {:>11}", "", "median", "P95");
+    let line = |name: &str, s: &stats::Stat| {
+        println!(
+            "  {name:<50} {:>11} {:>11}  (n={})",
+            ms(s.median_ms),
+            ms(s.p95_ms),
+            s.samples
+        )
+    };
+    line("straight to the upstream", &g.direct);
+    line("through the gateway", &g.through_gateway);
+    println!(
+        "  added by the gateway: {} median, {} P95",
+        ms(g.added_p50_ms),
+        ms(g.added_p95_ms)
+    );
+    let c = &g.concurrent;
+    println!(
+        "  {} concurrent calls over {} trials sharing one budget pool: {} in all, {} of {} succeeded",
+        c.calls,
+        c.trials,
+        ms(c.wall_ms),
+        c.succeeded,
+        c.calls
+    );
+    println!(
+        "  budget pool spent ${:.9}; the calls were charged ${:.9}",
+        c.spent_usd, c.charged_usd
+    );
+}
+
 fn print_report(r: &Report) {
     println!("evolve bench: {} samples per measurement", r.iterations);
     println!("machine: {}\n", r.machine.describe());
@@ -352,6 +395,8 @@ fn print_report(r: &Report) {
     print_generation(&r.generation);
     println!();
     print_trial_startup(&r.trial_startup);
+    println!();
+    print_gateway(&r.model_gateway);
     println!("\ngoals:");
     for g in &r.goals {
         let mark = if g.met { "met    " } else { "NOT MET" };
