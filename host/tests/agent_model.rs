@@ -6,7 +6,7 @@
 //! run as budget-exhausted.
 
 use super::upstream::{Reply, Upstream, answer};
-use super::ws::{Exp, Spec, kill9, text};
+use super::ws::{Exp, Spec, files_under, kill9, text};
 use serde_json::Value;
 use std::path::Path;
 
@@ -65,23 +65,8 @@ pub(super) fn evolve(e: &Exp, args: &[&str]) -> super::cmd::Evolve {
     e.evolve(args).env(KEY_VAR, KEY)
 }
 
-/// Every regular file under `root`, recursively, without following links.
-fn files(root: &Path, out: &mut Vec<std::path::PathBuf>) {
-    for entry in std::fs::read_dir(root).into_iter().flatten().flatten() {
-        let Ok(kind) = entry.file_type() else {
-            continue;
-        };
-        if kind.is_dir() {
-            files(&entry.path(), out);
-        } else if kind.is_file() {
-            out.push(entry.path());
-        }
-    }
-}
-
 fn named(root: &Path, name: &str) -> Vec<std::path::PathBuf> {
-    let mut all = Vec::new();
-    files(root, &mut all);
+    let mut all = files_under(root);
     all.retain(|p| p.file_name().is_some_and(|n| n == name));
     all
 }
@@ -192,9 +177,7 @@ fn assert_evolved_through_the_gateway(e: &Exp, upstream: &Upstream) {
         );
         assert!(env.get(KEY_VAR).is_none(), "{path:?}");
     }
-    let mut all = Vec::new();
-    files(e.root(), &mut all);
-    for path in all {
+    for path in files_under(e.root()) {
         let bytes = std::fs::read(&path).unwrap();
         assert!(
             !bytes.windows(KEY.len()).any(|w| w == KEY.as_bytes()),
@@ -355,8 +338,7 @@ fn train_trajectories_reach_rollout_and_mutate_bounded_and_no_gate_or_sealed_one
     let ws = evolve::workspace::Workspace::open(&e.ws).unwrap();
     let split = &ws.task_set.split;
     let gen1 = e.ws.join("runs/gen-1");
-    let mut kept = Vec::new();
-    files(&gen1, &mut kept);
+    let kept = files_under(&gen1);
     let trajectories: Vec<&std::path::PathBuf> = kept
         .iter()
         .filter(|p| p.components().any(|c| c.as_os_str() == "trajectories"))

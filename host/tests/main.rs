@@ -29,6 +29,7 @@ mod integrity;
 mod layers;
 mod lifecycle;
 mod model_http;
+mod protocol;
 mod recovery;
 mod rrsi;
 mod sandbox_escape;

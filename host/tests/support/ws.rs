@@ -15,7 +15,7 @@ pub const CANARY: &str = "zq-canary";
 /// Path of a test component built by `host/build.rs`.
 pub use super::common::component_path as component;
 
-fn write_exec(p: &Path, body: &str) {
+pub fn write_exec(p: &Path, body: &str) {
     std::fs::create_dir_all(p.parent().unwrap()).unwrap();
     std::fs::write(p, body).unwrap();
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -259,4 +259,21 @@ pub fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
+}
+
+/// Every regular file under `root`, recursively, without following links (for tests that
+/// grep a whole experiment for a secret).
+pub fn files_under(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            match entry.file_type() {
+                Ok(k) if k.is_dir() => dirs.push(entry.path()),
+                Ok(k) if k.is_file() => out.push(entry.path()),
+                _ => {}
+            }
+        }
+    }
+    out
 }
