@@ -1,5 +1,7 @@
 //! The `harbor` engine: shells out to the real `harbor` CLI (PyPI `harbor`, Python ≥ 3.12)
-//! and parses its job and trial `result.json` files.
+//! and parses its trial `result.json` for timeouts and errors; the reward files Harbor copied
+//! into the trial's `verifier/` dir are read with this project's own parser, so the same files
+//! give the same status on every engine.
 //!
 //! One trial = one `harbor run -p <task snapshot> -a oracle --job-name <trial> -o <trial>/jobs
 //! -n 1 -k 1 -y -q [extra args]` with `HARBOR_TELEMETRY=0`. Extra args are passed through
@@ -12,12 +14,11 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use super::local::finish_with_reward;
 use super::{BoxFuture, Engine, TrialRequest, classify_error, failed_trial};
 use crate::agent::AgentSpec;
 use crate::error::{Error, ErrorKind, Result};
-use crate::result::{
-    Isolation, TimeoutOwner, TrialError, TrialLogs, TrialResult, TrialStatus, reward_from_map,
-};
+use crate::result::{Isolation, TimeoutOwner, TrialError, TrialLogs, TrialResult, TrialStatus};
 
 /// Where ci-setup.sh installs the harbor CLI.
 pub const CI_HARBOR_BIN: &str = "/var/cache/evolve-ci/harbor-venv/bin/harbor";
@@ -217,26 +218,6 @@ pub fn parse_trial_result(path: &Path, task: &str, repetition: u32) -> Result<Tr
         .next()
         .unwrap_or("")
         .to_string();
-    let mut rewards = std::collections::BTreeMap::new();
-    if let Some(obj) = v
-        .pointer("/verifier_result/rewards")
-        .and_then(|x| x.as_object())
-    {
-        for (k, val) in obj {
-            match val.as_f64().filter(|f| f.is_finite() && val.is_number()) {
-                Some(f) => {
-                    rewards.insert(k.clone(), f);
-                }
-                None => {
-                    r.error = Some(TrialError::new(
-                        "reward_invalid",
-                        format!("harbor reported reward {k:?} = {val}, not a finite number"),
-                    ));
-                    return Ok(r);
-                }
-            }
-        }
-    }
     match exc_type {
         "AgentTimeoutError" => {
             r.status = TrialStatus::Timeout;
@@ -248,19 +229,24 @@ pub fn parse_trial_result(path: &Path, task: &str, repetition: u32) -> Result<Tr
             r.timeout_owner = Some(TimeoutOwner::Verifier);
             r.error = Some(TrialError::new("verifier_timeout", exc_msg));
         }
-        "RewardFileNotFoundError" => r.error = Some(TrialError::new("reward_missing", exc_msg)),
-        "RewardFileEmptyError" => r.error = Some(TrialError::new("reward_empty", exc_msg)),
-        "VerifierOutputParseError" => r.error = Some(TrialError::new("reward_invalid", exc_msg)),
-        "" if !rewards.is_empty() => {
-            r.reward = reward_from_map(&rewards);
-            r.rewards = rewards;
-            r.status = TrialStatus::BenchmarkComplete;
-        }
-        "" => {
-            r.error = Some(TrialError::new(
-                "reward_missing",
-                "harbor reported no exception and no rewards",
-            ))
+        // The verifier finished: its reward files decide, read by this project's own parser
+        // (the same caps and error kinds as the local and docker engines), not Harbor's
+        // parse of them (Harbor reads any size and reports non-finite values as parse errors).
+        "" | "RewardFileNotFoundError" | "RewardFileEmptyError" | "VerifierOutputParseError" => {
+            let harbor_rewards = v
+                .pointer("/verifier_result/rewards")
+                .and_then(|x| x.as_object())
+                .is_some_and(|o| !o.is_empty());
+            let verifier_dir = r.logs.verifier_dir.clone();
+            finish_with_reward(&mut r, &verifier_dir);
+            if harbor_rewards
+                && let Some(e) = r.error.as_mut().filter(|e| e.kind == "reward_missing")
+            {
+                e.message = format!(
+                    "harbor reported rewards but left no reward.json or reward.txt in {}",
+                    verifier_dir.display()
+                );
+            }
         }
         other => {
             r.error = Some(TrialError::new(
