@@ -31,6 +31,37 @@ pub struct HarborEngine {
     pub extra_args: Vec<String>,
 }
 
+/// How to get a working harbor CLI.
+const INSTALL_HINT: &str = "install it with Python ≥ 3.12 (`pip install harbor`), or run evaluator-harbor/ci-setup.sh, and set EVOLVE_HARBOR_BIN to its `harbor` binary if it is not on PATH";
+
+/// Fail unless `bin` (found through `origin`) is an executable file that answers `--version`:
+/// a missing or broken CLI would otherwise fail every trial as an engine error, one by one.
+fn check_runnable(bin: &Path, origin: &str) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let shown = format!("{origin}: {}", bin.display());
+    let unusable =
+        |why: String| Error::infra(format!("the harbor CLI ({shown}) {why}")).hint(INSTALL_HINT);
+    let meta = std::fs::metadata(bin).map_err(|e| unusable(format!("cannot be used: {e}")))?;
+    if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
+        return Err(unusable("is not an executable file".into()));
+    }
+    let out = std::process::Command::new(bin)
+        .arg("--version")
+        .env("HARBOR_TELEMETRY", "0")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| unusable(format!("cannot be run: {e}")))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let last = err.lines().last().unwrap_or("").trim();
+        return Err(unusable(format!(
+            "does not run: `--version` exited with {}: {last}",
+            out.status
+        )));
+    }
+    Ok(())
+}
+
 fn on_path(name: &str) -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|p| {
         std::env::split_paths(&p)
@@ -40,16 +71,22 @@ fn on_path(name: &str) -> Option<PathBuf> {
 }
 
 impl HarborEngine {
-    /// Find the CLI: `$EVOLVE_HARBOR_BIN`, then ci-setup.sh's venv, then `harbor` on PATH.
+    /// Find the CLI: `$EVOLVE_HARBOR_BIN`, then ci-setup.sh's venv, then `harbor` on PATH;
+    /// fail (before any trial) unless it exists, is executable and answers `--version`.
     pub fn discover(extra_args: Vec<String>) -> Result<HarborEngine> {
-        let bin = std::env::var_os("EVOLVE_HARBOR_BIN")
-            .map(PathBuf::from)
-            .or_else(|| Some(PathBuf::from(CI_HARBOR_BIN)).filter(|p| p.is_file()))
-            .or_else(|| on_path("harbor"))
+        let (bin, origin) = std::env::var_os("EVOLVE_HARBOR_BIN")
+            .map(|b| (PathBuf::from(b), "EVOLVE_HARBOR_BIN"))
+            .or_else(|| {
+                Some(PathBuf::from(CI_HARBOR_BIN))
+                    .filter(|p| p.is_file())
+                    .map(|p| (p, "ci-setup.sh's venv"))
+            })
+            .or_else(|| on_path("harbor").map(|p| (p, "PATH")))
             .ok_or_else(|| {
-                Error::infra("the `harbor` CLI was not found")
-                    .hint("install it with Python ≥ 3.12 (`pip install harbor`), or run evaluator-harbor/ci-setup.sh, or set EVOLVE_HARBOR_BIN")
+                Error::infra("the `harbor` CLI was not found (EVOLVE_HARBOR_BIN is unset and no `harbor` is on PATH)")
+                    .hint(INSTALL_HINT)
             })?;
+        check_runnable(&bin, origin)?;
         let extra_args = if extra_args
             .iter()
             .any(|a| a == "-e" || a.starts_with("--env") || a.starts_with("-e="))
