@@ -266,3 +266,100 @@ async fn real_harbor_cli_parses_hostile_rewards_like_local() {
         "{inf:#?}"
     );
 }
+
+/// A test.sh that lists the network interfaces of its network namespace (/proc/net/dev) and
+/// rewards 1 when they are only loopback (`want_only_loopback`) or more than loopback (not).
+fn network_probe(want_only_loopback: bool) -> String {
+    let (only_lo, more) = if want_only_loopback { (1, 0) } else { (0, 1) };
+    format!(
+        "#!/bin/bash\nnets=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\\n' ' ')\necho \"interfaces: $nets\"\n\
+         if [ \"$nets\" = \"lo \" ]; then echo {only_lo}; else echo {more}; fi > /logs/verifier/reward.txt\n"
+    )
+}
+
+/// Harbor is told the task's network policy: a task that names none (public to Harbor,
+/// denied by evolve) runs without network, as on the local engine, and one that says
+/// `public` keeps it; each trial records which was in force. The frozen task is not edited.
+#[tokio::test]
+async fn real_harbor_cli_runs_a_task_without_network_mode_offline() {
+    let _one_at_a_time = HARBOR_JOBS.lock().await;
+    let Some(engine) = real_harbor() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let set = tmp.path().join("tasks");
+    let timeouts = "[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 60\n";
+    let offline = write_task(
+        &set,
+        "offline",
+        timeouts,
+        Some("#!/bin/bash\ntrue\n"),
+        Some(&network_probe(true)),
+    );
+    write_task(
+        &set,
+        "online",
+        &format!("{timeouts}[environment]\nnetwork_mode = \"public\"\n"),
+        Some("#!/bin/bash\ntrue\n"),
+        Some(&network_probe(false)),
+    );
+    let toml_before = std::fs::read_to_string(offline.join("task.toml")).unwrap();
+    let h = run_dir(
+        Arc::new(engine),
+        &set,
+        AgentSpec::Oracle,
+        &tmp.path().join("harbor"),
+        2,
+    )
+    .await;
+    let trial = |name: &str| h.trials.iter().find(|t| t.task == name).unwrap();
+    let network = |name: &str| trial(name).isolation.as_ref().unwrap().network.clone();
+    assert_eq!(trial("offline").reward, Some(1.0), "{h:#?}");
+    assert_eq!(network("offline"), "harbor:no-network");
+    assert_eq!(trial("online").reward, Some(1.0), "{h:#?}");
+    assert_eq!(network("online"), "harbor:public");
+    assert_eq!(
+        std::fs::read_to_string(offline.join("task.toml")).unwrap(),
+        toml_before
+    );
+    let l = run_dir(
+        Arc::new(LocalEngine::default()),
+        &set,
+        AgentSpec::Oracle,
+        &tmp.path().join("local"),
+        1,
+    )
+    .await;
+    let local_offline = l.trials.iter().find(|t| t.task == "offline").unwrap();
+    assert_eq!(local_offline.reward, Some(1.0), "{l:#?}");
+}
+
+/// A task.toml the engine cannot add `network_mode` to (an inline `environment` table) is
+/// refused as unsupported, naming the task, instead of running with Harbor's public default.
+/// Refused before Harbor starts, so no harbor CLI is needed.
+#[tokio::test]
+async fn a_task_harbor_cannot_be_told_to_run_offline_is_unsupported() {
+    let tmp = tempfile::tempdir().unwrap();
+    let set = tmp.path().join("tasks");
+    write_task(
+        &set,
+        "inline-env",
+        "environment = { cpus = 1 }\n[verifier]\ntimeout_sec = 10\n",
+        Some("#!/bin/bash\ntrue\n"),
+        Some("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n"),
+    );
+    let engine = HarborEngine {
+        harbor_bin: "/nonexistent/harbor-never-started".into(),
+        extra_args: vec![],
+    };
+    let r = run_dir(
+        Arc::new(engine),
+        &set,
+        AgentSpec::Oracle,
+        &tmp.path().join("out"),
+        1,
+    )
+    .await;
+    let e = r.trials[0].error.clone().unwrap();
+    assert_eq!(e.kind, "unsupported_task", "{e:?}");
+    assert!(e.message.contains("inline-env"), "{e:?}");
+    assert!(e.message.contains("network_mode"), "{e:?}");
+}

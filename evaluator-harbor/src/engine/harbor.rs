@@ -8,6 +8,9 @@
 //! verbatim, so Harbor's environments (`-e daytona|modal|e2b|...`, `--ek k=v`,
 //! `--override-cpus`, ...) serve users who outgrow one machine. The default environment is
 //! `-e docker`, which needs the Docker Compose v2 plugin (`docker compose`).
+//! The network: Harbor enforces a task's `[environment].network_mode`; a task that names none
+//! (evolve's default: no network; Harbor's: public) runs from a copy whose task.toml says
+//! `no-network` (see [`harbor_task_dir`]); `isolation.network` records `harbor:<mode>`.
 //! Only the oracle agent is supported here (Harbor's own agents are Python classes; pass
 //! `-a module:Class` through the extra args at your own risk; it replaces the oracle).
 
@@ -19,6 +22,7 @@ use super::{BoxFuture, Engine, TrialRequest, classify_error, failed_trial};
 use crate::agent::AgentSpec;
 use crate::error::{Error, ErrorKind, Result};
 use crate::result::{Isolation, TimeoutOwner, TrialError, TrialLogs, TrialResult, TrialStatus};
+use crate::task::{NetworkMode, Task, TaskConfig};
 
 /// Where ci-setup.sh installs the harbor CLI.
 pub const CI_HARBOR_BIN: &str = "/var/cache/evolve-ci/harbor-venv/bin/harbor";
@@ -121,10 +125,11 @@ impl HarborEngine {
         let log2 = log
             .try_clone()
             .map_err(|e| Error::io("cannot create", &log_path, e))?;
+        let (task_dir, network) = harbor_task_dir(task, &req.trial_dir)?;
         let mut cmd = tokio::process::Command::new(&self.harbor_bin);
         cmd.arg("run")
             .arg("-p")
-            .arg(&task.dir)
+            .arg(&task_dir)
             .args([
                 "-a",
                 "oracle",
@@ -177,9 +182,85 @@ impl HarborEngine {
             .at_path(&log_path));
         };
         let mut r = parse_trial_result(&trial_json, &task.name, req.repetition)?;
+        if let Some(iso) = r.isolation.as_mut() {
+            iso.network = network.into();
+        }
         r.wall_time_sec = started.elapsed().as_secs_f64();
         Ok(r)
     }
+}
+
+/// The `network_mode` line that puts a task without one under evolve's default (no network)
+/// instead of Harbor's (public).
+const NO_NETWORK_LINE: &str = "network_mode = \"no-network\"\n";
+
+/// The task directory to give Harbor, and the network policy in force there (recorded as the
+/// trial's `isolation.network`). Harbor 0.25.0 enforces a task's `[environment].network_mode`
+/// itself (and refuses to start a task whose environment cannot enforce it), so a task that
+/// names a mode runs as it is. A task that names none is public to Harbor but denied the
+/// network by evolve: it runs from a copy in the trial dir whose task.toml says `no-network`.
+fn harbor_task_dir(task: &Task, trial_dir: &Path) -> Result<(PathBuf, &'static str)> {
+    match task.config.environment.network_mode {
+        Some(NetworkMode::Public) => Ok((task.dir.clone(), "harbor:public")),
+        Some(NetworkMode::NoNetwork) => Ok((task.dir.clone(), "harbor:no-network")),
+        Some(NetworkMode::Allowlist) => Ok((task.dir.clone(), "harbor:allowlist")),
+        None => Ok((no_network_copy(task, trial_dir)?, "harbor:no-network")),
+    }
+}
+
+/// Copy `task` under `trial_dir/harbor-task/` (keeping its directory name, which Harbor uses
+/// as the task name) with `network_mode = "no-network"` added to its `[environment]`, and
+/// check with this project's own parser that the copy says exactly that.
+fn no_network_copy(task: &Task, trial_dir: &Path) -> Result<PathBuf> {
+    let name = task.dir.file_name().unwrap_or(task.name.as_ref());
+    let copy = trial_dir.join("harbor-task").join(name);
+    std::fs::create_dir_all(&copy).map_err(|e| Error::io("cannot create", &copy, e))?;
+    crate::digest::copy_task(&task.dir, &copy)?;
+    let toml_path = copy.join("task.toml");
+    let text =
+        std::fs::read_to_string(&toml_path).map_err(|e| Error::io("cannot read", &toml_path, e))?;
+    let denied = with_no_network(&text);
+    let parsed = TaskConfig::parse(&denied, &toml_path).ok();
+    if parsed.and_then(|c| c.environment.network_mode) != Some(NetworkMode::NoNetwork) {
+        return Err(Error::new(
+            ErrorKind::Unsupported,
+            format!(
+                "task {}: cannot tell Harbor to run it without network (its task.toml has no \
+                 `[environment]` table header this engine can add `network_mode` under)",
+                task.name
+            ),
+        )
+        .at_path(&task.dir.join("task.toml"))
+        .hint("give the task `[environment]` with `network_mode = \"no-network\"` (or \"public\" if it needs the network), or use --engine local or docker"));
+    }
+    std::fs::write(&toml_path, denied).map_err(|e| Error::io("cannot write", &toml_path, e))?;
+    Ok(copy)
+}
+
+/// `text` with [`NO_NETWORK_LINE`] under its `[environment]` header, or a new
+/// `[environment]` table at its end when it has none.
+fn with_no_network(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 40);
+    let mut added = false;
+    for line in text.split_inclusive('\n') {
+        out.push_str(line);
+        let code = line.split('#').next().unwrap_or("").trim();
+        if !added && code == "[environment]" {
+            if !line.ends_with('\n') {
+                out.push('\n');
+            }
+            out.push_str(NO_NETWORK_LINE);
+            added = true;
+        }
+    }
+    if !added {
+        if !out.is_empty() && !out.ends_with('\n') {
+            out.push('\n');
+        }
+        out.push_str("\n[environment]\n");
+        out.push_str(NO_NETWORK_LINE);
+    }
+    out
 }
 
 fn tail_of(p: &Path, n: usize) -> String {
@@ -309,5 +390,34 @@ impl Engine for HarborEngine {
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn network_mode_of(text: &str) -> Option<NetworkMode> {
+        TaskConfig::parse(text, Path::new("task.toml"))
+            .unwrap()
+            .environment
+            .network_mode
+    }
+
+    #[test]
+    fn a_task_without_network_mode_is_told_no_network() {
+        for text in [
+            "",
+            "[verifier]\ntimeout_sec = 5.0",
+            "[environment] # limits\ncpus = 1\n[verifier]\ntimeout_sec = 5.0\n",
+            "[environment.env]\nA = \"b\"\n",
+        ] {
+            let denied = with_no_network(text);
+            assert_eq!(
+                network_mode_of(&denied),
+                Some(NetworkMode::NoNetwork),
+                "{denied}"
+            );
+        }
     }
 }
