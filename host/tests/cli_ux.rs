@@ -965,3 +965,42 @@ fn gc_frees_run_data_and_verify_and_export_still_pass() {
     assert!(stderr(&out).contains("does not verify"), "{}", text(&out));
     assert_eq!(disk_use(&runs), before);
 }
+
+/// A harbor CLI that is missing is an unavailable engine: `evolve run` and `evolve tasks run`
+/// exit 2 naming EVOLVE_HARBOR_BIN and how to install harbor, before any trial runs.
+#[test]
+fn a_missing_harbor_cli_exits_2_naming_evolve_harbor_bin_before_any_trial() {
+    let e = scratch();
+    let recipe = e.root().join("recipe.yaml");
+    let text = std::fs::read_to_string(&recipe).unwrap();
+    std::fs::write(&recipe, text.replacen("engine: local", "engine: harbor", 1)).unwrap();
+    e.init();
+    let missing = e.root().join("no-such-harbor");
+    let says_how = |stderr: &str| {
+        assert!(stderr.contains("EVOLVE_HARBOR_BIN"), "{stderr}");
+        assert!(stderr.contains(&missing.display().to_string()), "{stderr}");
+        assert!(stderr.contains("pip install harbor"), "{stderr}");
+    };
+    let run = e
+        .evolve(&["run", "ws"])
+        .env("EVOLVE_HARBOR_BIN", &missing)
+        .code(2);
+    says_how(&run.stderr());
+    assert!(!run.stderr().contains("trial 1/"), "{}", run.stderr());
+    let trials: Vec<_> = walk(&e.ws)
+        .into_iter()
+        .filter(|p| p.ends_with("result.json"))
+        .collect();
+    assert!(trials.is_empty(), "trials ran: {trials:?}");
+
+    let out = e.root().join("tasks-out");
+    let tasks = e
+        .evolve(&[
+            "tasks", "run", "tasks", "--engine", "harbor", "--agent", "oracle", "--out",
+        ])
+        .arg(&out)
+        .env("EVOLVE_HARBOR_BIN", &missing)
+        .code(2);
+    says_how(&tasks.stderr());
+    assert!(!out.join("trials").exists(), "trials ran under {out:?}");
+}

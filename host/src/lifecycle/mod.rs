@@ -297,8 +297,12 @@ pub async fn make_engine(
                 .hint("start the Docker daemon, or use evaluator.engine: local")
         })?),
         "harbor" => Arc::new(HarborEngine::discover(Vec::new()).map_err(|e| {
+            let install = e
+                .hint
+                .clone()
+                .unwrap_or_else(|| "install the harbor CLI (`pip install harbor`)".to_string());
             RunError::new(format!("the harbor engine is unavailable: {e}"))
-                .hint("install the harbor CLI (pip install harbor) or use evaluator.engine: local")
+                .hint(format!("{install}; or use evaluator.engine: local"))
         })?),
         other => {
             return Err(RunError::new(format!(
