@@ -1,7 +1,7 @@
 //! The built-in `terminal` seed from the real binary: on the local engine the oracle
 //! scores 1 on every task and an agent that does nothing scores 0 on every task; and the
 //! seed's own Python agent, reaching a scripted chat server through the model gateway,
-//! solves a task (recovering from a format error on the way) and leaves its trajectory.
+//! solves a task (after a format error and a truncated output) and leaves its trajectory.
 
 use super::cmd::evolve;
 use super::upstream::{Upstream, answer};
@@ -87,6 +87,8 @@ const SOLVE: &str = "I will create the releases and the link in one go.\n\n```ba
 const SUBMIT: &str = "Done.\n\n```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```\n";
 /// An answer without a command block: the agent must say so and carry on.
 const CHATTER: &str = "Let me think about the layout first.";
+/// A command printing more than `agent.yaml`'s 4000 characters: cut in the middle.
+const LONG: &str = "First a look at a long listing.\n\n```bash\nseq 1 5000\n```\n";
 
 /// A workspace-to-be: the seed's target, four copies of one seed task, and a recipe
 /// whose `evaluator.model` is `upstream`, run for its genesis evaluation only.
@@ -141,8 +143,9 @@ fn task_calls(upstream: &Upstream) -> Vec<Value> {
 
 #[test]
 fn the_terminal_agent_solves_a_task_through_the_gateway_and_leaves_its_trajectory() {
-    // The first trial meets a format error before solving; every later one solves at once.
-    let mut script = vec![answer(CHATTER, (20, 5))];
+    // The first trial meets a format error and a long output before solving; every later
+    // one solves at once.
+    let mut script = vec![answer(CHATTER, (20, 5)), answer(LONG, (20, 5))];
     for _ in 0..12 {
         script.push(answer(SOLVE, (30, 20)));
         script.push(answer(SUBMIT, (40, 5)));
@@ -163,7 +166,7 @@ fn the_terminal_agent_solves_a_task_through_the_gateway_and_leaves_its_trajector
     // The agent's conversation: system prompt with the skills appended, the task in the
     // instance prompt, the format error fed back, then each command's output.
     let calls = task_calls(&upstream);
-    assert!(calls.len() >= 3, "{calls:#?}");
+    assert!(calls.len() >= 4, "{calls:#?}");
     let first = &calls[0]["messages"];
     let system = first[0]["content"].as_str().unwrap();
     assert!(system.contains("Skill: checking your output"), "{system}");
@@ -182,7 +185,17 @@ fn the_terminal_agent_solves_a_task_through_the_gateway_and_leaves_its_trajector
         "{second:#?}"
     );
     let third = calls[2]["messages"].as_array().unwrap();
-    let observed = third.last().unwrap()["content"].as_str().unwrap();
+    let long = third.last().unwrap()["content"].as_str().unwrap();
+    assert!(
+        long.contains("\n1\n2\n3\n") && long.contains("\n4999\n5000\n"),
+        "{long}"
+    );
+    assert!(
+        long.contains("characters elided") && long.len() < 4300,
+        "{long}"
+    );
+    let fourth = calls[3]["messages"].as_array().unwrap();
+    let observed = fourth.last().unwrap()["content"].as_str().unwrap();
     assert!(
         observed.starts_with("<returncode>0</returncode>") && observed.contains("v3"),
         "{observed}"
@@ -224,7 +237,7 @@ fn the_terminal_agent_solves_a_task_through_the_gateway_and_leaves_its_trajector
             "{path:?}: {text}"
         );
     }
-    // A trial ends at the submit marker: two calls each, and one more for the format error.
-    assert_eq!(calls.len(), 2 * own.len() + 1, "{calls:#?}");
+    // A trial ends at the submit marker: two calls each, and two more in the first.
+    assert_eq!(calls.len(), 2 * own.len() + 2, "{calls:#?}");
     run_evolve(&["verify", "ws"]).ok();
 }
