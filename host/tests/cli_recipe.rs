@@ -313,7 +313,7 @@ fn every_problem_is_reported_at_once_paths_included() {
     let root = std::fs::canonicalize(dir.path()).unwrap();
     let expected = [
         format!(
-            "evaluator.dataset: {} does not exist; it should be a directory of Harbor tasks (or a built-in task set: demo)",
+            "evaluator.dataset: {} does not exist; it should be a directory of Harbor tasks (or a built-in task set: demo, terminal)",
             root.join("tasks").display()
         ),
         "experiment.children_per_gen: must be an integer".to_string(),

@@ -37,5 +37,6 @@ mod sandbox_limits;
 mod sandbox_loading;
 mod scripts;
 mod seed_demo;
+mod seed_terminal;
 mod selftest;
 mod viewer;

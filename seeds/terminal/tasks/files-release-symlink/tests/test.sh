@@ -1,0 +1,45 @@
+#!/bin/bash
+# Verifier of the terminal seed's task files-release-symlink: release directories and a relative symlink to the newest.
+# Reward = the fraction of the checks below that pass (printed to test-stdout.txt).
+mkdir -p /logs/verifier
+python3 - <<'PY'
+import json, os, stat, subprocess
+
+passed = []
+
+
+def check(name, fn):
+    try:
+        ok = bool(fn())
+    except Exception as e:  # a missing or malformed output fails its check only
+        print("error in %s: %s" % (name, e))
+        ok = False
+    passed.append(ok)
+    print("PASS" if ok else "FAIL", name)
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def lines(path):
+    return [l.rstrip() for l in read(path).strip().splitlines()]
+
+
+def run(argv, **kw):
+    return subprocess.run(argv, capture_output=True, text=True, timeout=10, **kw)
+
+
+for v in ("v1", "v2", "v3"):
+    check("VERSION " + v, lambda v=v: read("/app/releases/%s/VERSION" % v).strip() == v)
+check("current is a link", lambda: os.path.islink("/app/current"))
+check("link is relative to releases/v3",
+      lambda: os.readlink("/app/current").rstrip("/") in ("releases/v3", "./releases/v3"))
+check("current/VERSION reads v3", lambda: read("/app/current/VERSION").strip() == "v3")
+
+with open("/logs/verifier/reward.txt", "w") as f:
+    f.write("%.6f\n" % (sum(passed) / len(passed)))
+PY
+# python3 itself failing leaves no reward: score 0 rather than an unscored trial.
+[ -s /logs/verifier/reward.txt ] || echo 0 > /logs/verifier/reward.txt

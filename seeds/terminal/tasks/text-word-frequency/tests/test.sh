@@ -1,0 +1,43 @@
+#!/bin/bash
+# Verifier of the terminal seed's task text-word-frequency: the most frequent words of a paragraph.
+# Reward = the fraction of the checks below that pass (printed to test-stdout.txt).
+mkdir -p /logs/verifier
+python3 - <<'PY'
+import json, os, stat, subprocess
+
+passed = []
+
+
+def check(name, fn):
+    try:
+        ok = bool(fn())
+    except Exception as e:  # a missing or malformed output fails its check only
+        print("error in %s: %s" % (name, e))
+        ok = False
+    passed.append(ok)
+    print("PASS" if ok else "FAIL", name)
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def lines(path):
+    return [l.rstrip() for l in read(path).strip().splitlines()]
+
+
+def run(argv, **kw):
+    return subprocess.run(argv, capture_output=True, text=True, timeout=10, **kw)
+
+
+want = ['the 9', 'dog 5', 'fox 5', 'quick 3', 'a 2']
+got = lambda: [" ".join(l.split()) for l in lines("/app/freq.txt")]
+for i, w in enumerate(want):
+    check("rank %d" % (i + 1), lambda i=i, w=w: got()[i] == w)
+
+with open("/logs/verifier/reward.txt", "w") as f:
+    f.write("%.6f\n" % (sum(passed) / len(passed)))
+PY
+# python3 itself failing leaves no reward: score 0 rather than an unscored trial.
+[ -s /logs/verifier/reward.txt ] || echo 0 > /logs/verifier/reward.txt
