@@ -559,3 +559,60 @@ impl Drop for SandboxUser {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn machine(root: bool, nsenter: bool) -> Bubblewrap {
+        Bubblewrap {
+            bwrap: "/x/bwrap".into(),
+            prlimit: "/x/prlimit".into(),
+            setpriv: root.then(|| "/x/setpriv".into()),
+            nsenter: nsenter.then(|| "/x/nsenter".into()),
+        }
+    }
+
+    fn gateway_jail() -> Jail {
+        Jail {
+            binds: Vec::new(),
+            workdir: "/app".into(),
+            network: JailNet::Enter("/proc/1/fd/3".into()),
+            etc: "/x/etc".into(),
+            etc_dirs: Vec::new(),
+            uid: 1000,
+            gid: 1000,
+            limits: Limits {
+                memory_bytes: 1 << 30,
+                processes: 64,
+                file_bytes: 1 << 30,
+                cpu_seconds: None,
+            },
+        }
+    }
+
+    #[test]
+    fn entering_the_gateways_namespace_needs_root_and_nsenter_and_says_which_is_missing() {
+        assert_eq!(machine(true, true).cannot_enter_netns(), None);
+        assert_eq!(
+            machine(true, false).cannot_enter_netns().as_deref(),
+            Some("nsenter (util-linux) is not installed")
+        );
+        let not_root = machine(false, true).cannot_enter_netns().unwrap();
+        assert!(not_root.contains("not root"), "{not_root}");
+    }
+
+    #[test]
+    fn without_nsenter_a_gateway_phase_gets_a_closed_network_never_the_hosts() {
+        let jail = gateway_jail();
+        let with = machine(true, true).argv(&jail, &["true".into()]);
+        assert_eq!(with[..2], ["/x/nsenter", "--net=/proc/1/fd/3"]);
+        assert!(!with.iter().any(|a| a == "--unshare-net"), "{with:?}");
+        let without = machine(true, false).argv(&jail, &["true".into()]);
+        assert!(
+            !without.iter().any(|a| a.contains("nsenter")),
+            "{without:?}"
+        );
+        assert!(without.iter().any(|a| a == "--unshare-net"), "{without:?}");
+    }
+}
