@@ -287,7 +287,7 @@ pub(crate) async fn evaluate_with(
         attempt,
         source_attempts,
         members: selection.sampled.then(|| selection.members.clone()),
-        model_calls: model_calls(&result.trials),
+        model_calls: Some(model_call_ids(&result.trials)).filter(|ids| !ids.is_empty()),
         reason: result.reason.clone(),
     }
     .to_map();
@@ -302,14 +302,14 @@ pub(crate) async fn evaluate_with(
     })
 }
 
-/// The ledger ids of the agent's model calls in `trials`, or `None` when there were none.
-fn model_calls(trials: &[TrialResult]) -> Option<Vec<String>> {
-    let ids: Vec<String> = trials
+/// The ledger ids of the agent's model calls that `trials` made through the gateway
+/// (an evaluation's, or a stage's train trials').
+pub(crate) fn model_call_ids(trials: &[TrialResult]) -> Vec<String> {
+    trials
         .iter()
         .filter_map(|t| t.usage.as_ref())
         .flat_map(|u| u.ledger_ids.iter().cloned())
-        .collect();
-    (!ids.is_empty()).then_some(ids)
+        .collect()
 }
 
 impl Driver {

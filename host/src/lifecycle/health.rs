@@ -59,8 +59,8 @@ impl Driver {
         let Some(agent) = &self.agent_model else {
             return Ok(());
         };
-        let prices = &self.ws.engine.agent_model.as_ref().map(|p| p.prices);
-        let priced = prices.is_some_and(|p| p.usd(1, 1) > 0.0);
+        let priced =
+            (self.ws.engine.agent_model.as_ref()).is_some_and(|p| p.prices.usd(1, 1) > 0.0);
         let left = self.ws.recipe.experiment.budget_usd - self.spent();
         if priced && left <= 0.0 {
             return Err(RunError::new(format!(

@@ -174,10 +174,7 @@ impl TrainTasks {
         self.model_calls
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .extend(
-                (result.trials.iter().filter_map(|t| t.usage.as_ref()))
-                    .flat_map(|u| u.ledger_ids.iter().cloned()),
-            );
+            .extend(super::evaluate::model_call_ids(&result.trials));
         // In report order, so which trials' trajectories fit the budget is deterministic.
         let mut trials: Vec<&TrialResult> = result.trials.iter().collect();
         trials.sort_by(|a, b| a.task.cmp(&b.task).then(a.repetition.cmp(&b.repetition)));
