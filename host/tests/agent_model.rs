@@ -471,3 +471,33 @@ fn priced_agent_calls_with_no_budget_stop_the_run_before_anything_is_evaluated()
     assert!(evaluations(&e).is_empty());
     assert!(upstream.seen().iter().all(|s| s.method != "POST"));
 }
+
+#[test]
+fn a_dead_agent_endpoint_stops_the_run_before_anything_is_evaluated() {
+    let upstream = Upstream::start(Vec::new());
+    let e = experiment(
+        &upstream,
+        &Spec {
+            budget_usd: 10.0,
+            ..Spec::default()
+        },
+    );
+    // Point evaluator.model at a port nothing listens on (init does not probe it).
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = dead.local_addr().unwrap().port();
+    drop(dead);
+    let path = e.root().join("recipe.yaml");
+    let recipe = std::fs::read_to_string(&path).unwrap();
+    let recipe = recipe.replace(&upstream.endpoint(), &format!("http://127.0.0.1:{port}/v1"));
+    std::fs::write(&path, recipe).unwrap();
+    evolve(&e, &["init", "ws", "--recipe", "recipe.yaml"]).ok();
+    let run = evolve(&e, &["run", "ws"]).run();
+    assert_ne!(run.output.status.code(), Some(0), "{}", text(&run.output));
+    assert!(run.stderr().contains("evaluator.model"), "{}", run.stderr());
+    assert!(
+        run.stderr().contains("no generation was run"),
+        "{}",
+        run.stderr()
+    );
+    assert!(evaluations(&e).is_empty());
+}
