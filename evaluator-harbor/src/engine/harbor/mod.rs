@@ -14,6 +14,8 @@
 //! Only the oracle agent is supported here (Harbor's own agents are Python classes; pass
 //! `-a module:Class` through the extra args at your own risk; it replaces the oracle).
 
+pub mod options;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -23,6 +25,7 @@ use crate::agent::AgentSpec;
 use crate::error::{Error, ErrorKind, Result};
 use crate::result::{Isolation, TimeoutOwner, TrialError, TrialLogs, TrialResult, TrialStatus};
 use crate::task::{NetworkMode, Task, TaskConfig};
+pub use options::HarborOptions;
 
 /// Where ci-setup.sh installs the harbor CLI.
 pub const CI_HARBOR_BIN: &str = "/var/cache/evolve-ci/harbor-venv/bin/harbor";
