@@ -512,7 +512,7 @@ impl Driver {
             .map_err(|e| RunError::new(format!("cannot create {}: {e}", scratch.display())))?;
         write_json(&dir.join("input.json"), &feedback::to_json(&fb));
         let meter = self.model.as_ref().map(|client| {
-            let left = self.ws.recipe.experiment.budget_usd - self.spent();
+            let left = self.budget_left();
             Arc::new(client.scope(left.max(0.0), dir.join("model")))
         });
         let capabilities = Capabilities {

@@ -318,7 +318,7 @@ impl Driver {
         let model = self.agent_model.as_ref()?;
         Some(AgentBudget {
             model,
-            left_usd: self.ws.recipe.experiment.budget_usd - self.spent(),
+            left_usd: self.budget_left(),
         })
     }
 

@@ -61,7 +61,7 @@ impl Driver {
         };
         let priced =
             (self.ws.engine.agent_model.as_ref()).is_some_and(|p| p.prices.usd(1, 1) > 0.0);
-        let left = self.ws.recipe.experiment.budget_usd - self.spent();
+        let left = self.budget_left();
         if priced && left <= 0.0 {
             return Err(RunError::new(format!(
                 "the agent's model calls are priced (evaluator.model.prices), but the budget has ${:.4} left: every trial would be refused its first call; no generation was run",

@@ -463,6 +463,12 @@ impl Driver {
             .total_cost_usd()
     }
 
+    /// What the experiment's budget has left once the archive's ledger is paid (negative
+    /// when a call overshot it).
+    pub fn budget_left(&self) -> f64 {
+        self.ws.recipe.experiment.budget_usd - self.spent()
+    }
+
     /// Append one event; an archive failure stops the run.
     pub(crate) fn append<B: EventBody>(&self, genid: Option<&str>, body: &B) -> Result<()> {
         self.append_map(B::TYPE, genid, body.to_map())

@@ -63,7 +63,7 @@ impl Meter {
         // missing from the trials, which then fail on their own and say so.
         let mut settings = d.ws.engine.trial_settings().unwrap_or_default();
         if let Some(agent) = &d.agent_model {
-            let left = d.ws.recipe.experiment.budget_usd - d.spent() - self.spent();
+            let left = d.budget_left() - self.spent();
             match agent.gateway(left.max(0.0), stage_dir.join("train").join("model")) {
                 Ok(gateway) => settings.gateway = Some(gateway),
                 Err(e) => d.say(format!("warning: train trials get no model gateway: {e}")),
@@ -76,7 +76,7 @@ impl Meter {
         let Some(client) = &d.model else {
             return Arc::new(NoModel);
         };
-        let left = d.ws.recipe.experiment.budget_usd - d.spent() - self.spent();
+        let left = d.budget_left() - self.spent();
         let scope = Arc::new(client.scope(left.max(0.0), stage_dir.join("model")));
         self.models
             .lock()
