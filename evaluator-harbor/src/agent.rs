@@ -44,7 +44,7 @@ struct RawManifest {
     component: Option<String>,
     harbor_agent: Option<String>,
     #[serde(default)]
-    harbor_agent_kwargs: Option<BTreeMap<String, String>>,
+    harbor_agent_kwargs: Option<BTreeMap<String, toml::Value>>,
     #[serde(default)]
     env: BTreeMap<String, String>,
 }
@@ -176,13 +176,19 @@ fn harbor_agent(value: &str, root: &Beneath, file: &str) -> Result<HarborAgent> 
 
 /// `[harbor_agent_kwargs]`, checked, with each `./file` value resolved in `dir`.
 fn harbor_kwargs(
-    raw: BTreeMap<String, String>,
+    raw: BTreeMap<String, toml::Value>,
     dir: &Path,
     root: &Beneath,
     file: &str,
 ) -> Result<BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
     for (k, v) in raw {
+        let toml::Value::String(v) = v else {
+            return Err(invalid(
+                format!("[harbor_agent_kwargs] {k} must be a string (Harbor reads a number, a boolean or JSON from it: write {k} = \"3\")"),
+                file,
+            ));
+        };
         let key_ok = !k.is_empty()
             && k
                 .chars()
