@@ -132,7 +132,8 @@ pub fn harbor_only() -> Error {
 
 fn is_identifier(s: &str) -> bool {
     let mut c = s.chars();
-    c.next().is_some_and(|f| f.is_ascii_alphabetic() || f == '_')
+    c.next()
+        .is_some_and(|f| f.is_ascii_alphabetic() || f == '_')
         && c.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
@@ -146,7 +147,9 @@ fn harbor_agent(value: &str, root: &Beneath, file: &str) -> Result<HarborAgent> 
                 .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
         if !ok {
             return Err(invalid(
-                format!("harbor_agent {value:?} must be a built-in Harbor agent name (terminus-2, mini-swe-agent, ...: letters, digits, `-`, `_`, `.`) or module:Class"),
+                format!(
+                    "harbor_agent {value:?} must be a built-in Harbor agent name (terminus-2, mini-swe-agent, ...: letters, digits, `-`, `_`, `.`) or module:Class"
+                ),
                 file,
             ));
         }
@@ -154,7 +157,9 @@ fn harbor_agent(value: &str, root: &Beneath, file: &str) -> Result<HarborAgent> 
     };
     if !module.split('.').all(is_identifier) || !is_identifier(class) {
         return Err(invalid(
-            format!("harbor_agent {value:?} must be module:Class, a dotted Python module of the agent directory and a class name (for example agent:MyAgent or pkg.agent:MyAgent)"),
+            format!(
+                "harbor_agent {value:?} must be module:Class, a dotted Python module of the agent directory and a class name (for example agent:MyAgent or pkg.agent:MyAgent)"
+            ),
             file,
         ));
     }
@@ -185,17 +190,20 @@ fn harbor_kwargs(
     for (k, v) in raw {
         let toml::Value::String(v) = v else {
             return Err(invalid(
-                format!("[harbor_agent_kwargs] {k} must be a string (Harbor reads a number, a boolean or JSON from it: write {k} = \"3\")"),
+                format!(
+                    "[harbor_agent_kwargs] {k} must be a string (Harbor reads a number, a boolean or JSON from it: write {k} = \"3\")"
+                ),
                 file,
             ));
         };
         let key_ok = !k.is_empty()
-            && k
-                .chars()
+            && k.chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
         if !key_ok {
             return Err(invalid(
-                format!("[harbor_agent_kwargs] key {k:?} must be an identifier (letters, digits, `_`, `.`): it is passed as --ak key=value"),
+                format!(
+                    "[harbor_agent_kwargs] key {k:?} must be an identifier (letters, digits, `_`, `.`): it is passed as --ak key=value"
+                ),
                 file,
             ));
         }

@@ -60,7 +60,11 @@ async fn harbor() -> Option<PathBuf> {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(CI_HARBOR_BIN));
     if !bin.is_file() {
-        assert!(!ci(), "CI=true but the harbor CLI is missing at {}", bin.display());
+        assert!(
+            !ci(),
+            "CI=true but the harbor CLI is missing at {}",
+            bin.display()
+        );
         eprintln!("SKIP: the harbor CLI is missing at {}", bin.display());
         return None;
     }
@@ -93,7 +97,19 @@ async fn harbor_run(
         .arg(task)
         .args(&agent.args)
         .args(&model.args)
-        .args(["--job-name", job, "-n", "1", "-k", "1", "-y", "-q", "-e", "docker", "-o"])
+        .args([
+            "--job-name",
+            job,
+            "-n",
+            "1",
+            "-k",
+            "1",
+            "-y",
+            "-q",
+            "-e",
+            "docker",
+            "-o",
+        ])
         .arg(jobs)
         .env("HARBOR_TELEMETRY", "0")
         // LiteLLM (imported by Harbor) otherwise fetches its price list from the network.
@@ -102,7 +118,10 @@ async fn harbor_run(
         .envs(model.env.iter().cloned())
         .stdin(std::process::Stdio::null());
     if !agent.pythonpath.is_empty() {
-        cmd.env("PYTHONPATH", std::env::join_paths(&agent.pythonpath).unwrap());
+        cmd.env(
+            "PYTHONPATH",
+            std::env::join_paths(&agent.pythonpath).unwrap(),
+        );
     }
     let out = tokio::time::timeout(std::time::Duration::from_secs(600), cmd.output())
         .await
@@ -193,7 +212,11 @@ async fn a_harbor_agent_class_of_the_candidate_tree_is_evaluated() {
     let r = parse_trial_result(&trial_json(&jobs, "class"), "answer", 0).unwrap();
     assert_eq!(r.status, TrialStatus::BenchmarkComplete, "{r:#?}\n{log}");
     assert_eq!(r.reward, Some(1.0), "{r:#?}");
-    assert_eq!(r.cost_usd, Some(0.125), "the class's own usage is read back");
+    assert_eq!(
+        r.cost_usd,
+        Some(0.125),
+        "the class's own usage is read back"
+    );
     let v: Value =
         serde_json::from_slice(&std::fs::read(trial_json(&jobs, "class")).unwrap()).unwrap();
     assert_eq!(v["agent_info"]["name"], "evolve-test-answer-agent");
@@ -243,19 +266,21 @@ async fn a_command_agent_reaches_the_gateway_from_harbors_container() {
     assert_eq!(r.status, TrialStatus::BenchmarkComplete, "{r:#?}\n{log}");
     assert_eq!(r.reward, Some(1.0), "{r:#?}");
     assert_eq!(r.agent_exit_code, Some(0));
-    assert_eq!(r.cost_usd, Some(0.5), "cost.json is read back by the adapter");
+    assert_eq!(
+        r.cost_usd,
+        Some(0.5),
+        "cost.json is read back by the adapter"
+    );
     // The agent called the gateway on the bridge, from inside Harbor's container.
-    let report: Value = serde_json::from_slice(
-        &std::fs::read(r.logs.agent_dir.join("report.json")).unwrap(),
-    )
-    .unwrap();
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(r.logs.agent_dir.join("report.json")).unwrap())
+            .unwrap();
     assert_eq!(report["base_url"], format!("http://{host}:{port}/v1"));
     assert_eq!(report["api_base_matches"], true);
     assert_eq!(calls.usage.calls, 2, "{calls:#?}");
     assert_eq!(calls.exchanges[0].model, "test-model");
     assert_eq!(
-        calls.exchanges[0].messages[1]["content"],
-        "Write 42 to /app/answer.txt.\n",
+        calls.exchanges[0].messages[1]["content"], "Write 42 to /app/answer.txt.\n",
         "the instruction reached the agent on stdin"
     );
     let seen: Value =
@@ -307,8 +332,7 @@ async fn a_built_in_agents_model_and_kwargs_reach_harbors_config() {
     harbor_run(&bin, &task, &agent, &model, &jobs, "builtin").await;
     gw.unwrap().close().await;
     let config: Value =
-        serde_json::from_slice(&std::fs::read(jobs.join("builtin/config.json")).unwrap())
-            .unwrap();
+        serde_json::from_slice(&std::fs::read(jobs.join("builtin/config.json")).unwrap()).unwrap();
     let a = &config["agents"][0];
     assert_eq!(a["name"], "mini-swe-agent");
     assert_eq!(a["model_name"], "openai/test-model");
@@ -380,22 +404,62 @@ fn harbor_agent_manifests_are_checked() {
         panic!("{m:?}")
     };
     assert_eq!(agent, &HarborAgent::BuiltIn("mini-swe-agent".into()));
-    assert_eq!(kwargs["config_file"], m.dir.join("mini.yaml").to_string_lossy());
+    assert_eq!(
+        kwargs["config_file"],
+        m.dir.join("mini.yaml").to_string_lossy()
+    );
     assert_eq!(kwargs["cost_limit"], "3");
 
-    let cases: &[(&str, &[(&str, &str)], &str)] = &[
-        ("harbor_agent = \"a:B\"\ncommand = [\"x\"]\n", &[], "exactly one of `command`, `component` or `harbor_agent`"),
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
+    let cases: &[Case] = &[
+        (
+            "harbor_agent = \"a:B\"\ncommand = [\"x\"]\n",
+            &[],
+            "exactly one of `command`, `component` or `harbor_agent`",
+        ),
         ("harbor_agent = \"\"\n", &[], "built-in Harbor agent name"),
-        ("harbor_agent = \"bad name\"\n", &[], "built-in Harbor agent name"),
+        (
+            "harbor_agent = \"bad name\"\n",
+            &[],
+            "built-in Harbor agent name",
+        ),
         ("harbor_agent = \"agent:\"\n", &[], "module:Class"),
         ("harbor_agent = \"../x:Y\"\n", &[], "module:Class"),
-        ("harbor_agent = \"missing:Agent\"\n", &[], "missing.py is not a regular file"),
-        ("command = [\"x\"]\n[harbor_agent_kwargs]\nk = \"v\"\n", &[], "only for a `harbor_agent` agent"),
-        ("harbor_agent = \"nop\"\n[harbor_agent_kwargs]\n\"bad key\" = \"v\"\n", &[], "key \"bad key\" must be an identifier"),
-        ("harbor_agent = \"nop\"\n[harbor_agent_kwargs]\nf = \"./nope.yaml\"\n", &[], "nope.yaml is not a regular file"),
-        ("harbor_agent = \"nop\"\n[harbor_agent_kwargs]\nf = \"./../x\"\n", &[], "must be relative and stay inside"),
-        ("harbor_agent = \"nop\"\n[harbor_agent_kwargs]\nf = \"./sub\"\n", &[("sub/a", "")], "sub is not a regular file"),
-        ("harbor_agent = \"nop\"\n[harbor_agent_kwargs]\nn = 3\n", &[], "[harbor_agent_kwargs] n must be a string"),
+        (
+            "harbor_agent = \"missing:Agent\"\n",
+            &[],
+            "missing.py is not a regular file",
+        ),
+        (
+            "command = [\"x\"]\n[harbor_agent_kwargs]\nk = \"v\"\n",
+            &[],
+            "only for a `harbor_agent` agent",
+        ),
+        (
+            "harbor_agent = \"nop\"\n[harbor_agent_kwargs]\n\"bad key\" = \"v\"\n",
+            &[],
+            "key \"bad key\" must be an identifier",
+        ),
+        (
+            "harbor_agent = \"nop\"\n[harbor_agent_kwargs]\nf = \"./nope.yaml\"\n",
+            &[],
+            "nope.yaml is not a regular file",
+        ),
+        (
+            "harbor_agent = \"nop\"\n[harbor_agent_kwargs]\nf = \"./../x\"\n",
+            &[],
+            "must be relative and stay inside",
+        ),
+        (
+            "harbor_agent = \"nop\"\n[harbor_agent_kwargs]\nf = \"./sub\"\n",
+            &[("sub/a", "")],
+            "sub is not a regular file",
+        ),
+        (
+            "harbor_agent = \"nop\"\n[harbor_agent_kwargs]\nn = 3\n",
+            &[],
+            "[harbor_agent_kwargs] n must be a string",
+        ),
     ];
     for (toml, files, want) in cases {
         let e = manifest_error(toml, files);
@@ -421,7 +485,11 @@ fn harbor_agent_manifests_are_checked() {
     // A package module is found through its __init__.py.
     std::fs::create_dir_all(d.path().join("pkg/sub")).unwrap();
     std::fs::write(d.path().join("pkg/sub/__init__.py"), "").unwrap();
-    std::fs::write(d.path().join("agent.toml"), "harbor_agent = \"pkg.sub:A\"\n").unwrap();
+    std::fs::write(
+        d.path().join("agent.toml"),
+        "harbor_agent = \"pkg.sub:A\"\n",
+    )
+    .unwrap();
     let m = AgentManifest::load(d.path()).unwrap();
     assert!(matches!(
         m.entry,

@@ -77,7 +77,8 @@ pub async fn open(
             })?;
             for (k, v) in access.env_at(&host.to_string()) {
                 gateway_names.push(k.clone());
-                out.args.extend(["--ae".to_string(), format!("{k}=${{{k}}}")]);
+                out.args
+                    .extend(["--ae".to_string(), format!("{k}=${{{k}}}")]);
                 out.env.push((k, v));
             }
             out.path = ModelPath::Gateway;
@@ -110,7 +111,8 @@ pub async fn open(
         if gateway_names.contains(k) {
             continue;
         }
-        out.args.extend(["--ae".to_string(), format!("{k}=${{{k}}}")]);
+        out.args
+            .extend(["--ae".to_string(), format!("{k}=${{{k}}}")]);
         out.env.push((k.clone(), v.clone()));
         if out.path == ModelPath::None {
             out.path = ModelPath::AgentEnv;
@@ -129,7 +131,8 @@ fn names_a_key(name: &str) -> bool {
 
 fn is_env_name(k: &str) -> bool {
     let mut c = k.chars();
-    c.next().is_some_and(|f| f.is_ascii_alphabetic() || f == '_')
+    c.next()
+        .is_some_and(|f| f.is_ascii_alphabetic() || f == '_')
         && c.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
@@ -166,7 +169,10 @@ fn parse_bridge_host(json: &[u8]) -> Option<IpAddr> {
     let v: serde_json::Value = serde_json::from_slice(json).ok()?;
     let configs = v.as_array()?;
     for c in configs {
-        if let Some(ip) = c["Gateway"].as_str().and_then(|g| g.parse::<Ipv4Addr>().ok()) {
+        if let Some(ip) = c["Gateway"]
+            .as_str()
+            .and_then(|g| g.parse::<Ipv4Addr>().ok())
+        {
             return Some(IpAddr::V4(ip));
         }
     }

@@ -48,7 +48,8 @@ pub fn job_agent(spec: &AgentSpec, options: &HarborOptions, staging: &Path) -> R
         .hint("use the local or docker engine for a `component` agent")),
         AgentEntry::Harbor { agent, kwargs } => {
             let mut args = vec!["-a".to_string(), agent.flag_value()];
-            let needs_model = matches!(agent, HarborAgent::BuiltIn(n) if !MODEL_FREE.contains(&n.as_str()));
+            let needs_model =
+                matches!(agent, HarborAgent::BuiltIn(n) if !MODEL_FREE.contains(&n.as_str()));
             match &options.model {
                 Some(model) => args.extend(["-m".to_string(), model.clone()]),
                 None if needs_model => {
@@ -98,8 +99,7 @@ pub fn job_agent(spec: &AgentSpec, options: &HarborOptions, staging: &Path) -> R
                 .at("evaluator.harbor.agent_kwargs")
                 .hint("remove agent_kwargs from the recipe, or give the candidate a harbor_agent"));
             }
-            std::fs::create_dir_all(staging)
-                .map_err(|e| Error::io("cannot create", staging, e))?;
+            std::fs::create_dir_all(staging).map_err(|e| Error::io("cannot create", staging, e))?;
             let file = staging.join(COMMAND_AGENT_FILE);
             crate::beneath::write_new(staging, COMMAND_AGENT_FILE, COMMAND_AGENT_SOURCE.as_bytes())
                 .map_err(|e| Error::io("cannot write", &file, e))?;
@@ -236,7 +236,7 @@ mod tests {
                 r#"env={"MODE":"x y"}"#.into(),
             ]
         );
-        assert_eq!(j.pythonpath, [staging.clone()]);
+        assert_eq!(j.pythonpath, std::slice::from_ref(&staging));
         assert_eq!(
             std::fs::read_to_string(staging.join(COMMAND_AGENT_FILE)).unwrap(),
             COMMAND_AGENT_SOURCE
