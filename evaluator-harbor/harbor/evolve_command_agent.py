@@ -15,6 +15,7 @@ class bridges the two with the contract evolve's docker engine gives a command a
 * the command's stdout and stderr go to /logs/agent/agent.txt and its exit status to
   /logs/agent/exit-code.txt (a non-zero exit is recorded, not raised: the verifier still
   runs, as on evolve's own engines);
+* the workdir and timeout it resolved are written to the trial's agent/evolve-adapter.json;
 * populate_context_post_run() reads the cost.json the agent may leave in /logs/agent
   (`{"cost_usd": x, "n_input_tokens": n, "n_output_tokens": n}`), without following a
   link, into Harbor's agent_result.
@@ -131,6 +132,10 @@ class CommandAgent(BaseAgent):
 
     async def run(self, instruction: str, environment: BaseEnvironment, context: AgentContext) -> None:
         workdir, timeout_sec = self._task_settings()
+        # What the adapter resolved, next to the agent's own logs (on the host side).
+        (Path(self.logs_dir) / "evolve-adapter.json").write_text(
+            json.dumps({"workdir": workdir, "timeout_sec": timeout_sec, "argv": self._argv})
+        )
         argv = list(self._argv)
         if argv[0].startswith("./"):
             argv[0] = f"{CANDIDATE}/{argv[0][2:]}"

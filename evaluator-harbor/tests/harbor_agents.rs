@@ -290,6 +290,11 @@ async fn a_command_agent_reaches_the_gateway_from_harbors_container() {
     assert_eq!(seen["app_dir"], "/app");
     assert_eq!(seen["mode"], "test mode", "agent.toml's [env]");
     assert_eq!(seen["instruction_env"], "yes");
+    let resolved: Value = serde_json::from_slice(
+        &std::fs::read(r.logs.agent_dir.join("evolve-adapter.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(resolved["timeout_sec"], 120.0, "the task's agent timeout");
     let job = jobs.join("cmd");
     assert_eq!(
         files_containing(&job, &token),
@@ -518,4 +523,36 @@ async fn the_local_engine_refuses_a_harbor_agent() {
         err.message.contains("runs only on the harbor engine"),
         "{err:?}"
     );
+}
+
+/// A command agent that outlives the task's agent timeout is a timeout (the verifier's
+/// post-timeout reward is never used), and no container of the trial survives.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_agent_past_its_timeout_times_out() {
+    let Some(bin) = harbor().await else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let task = answer_task(&tmp.path().join("tasks"), "evolve-harbor-test-base:1");
+    let toml = task.join("task.toml");
+    let text = std::fs::read_to_string(&toml).unwrap();
+    std::fs::write(&toml, text.replace("timeout_sec = 120", "timeout_sec = 3")).unwrap();
+    let target = tmp.path().join("target");
+    std::fs::create_dir_all(&target).unwrap();
+    std::fs::write(target.join("agent.toml"), "command = [\"sleep\", \"60\"]\n").unwrap();
+    let spec = load(&target);
+    let options = HarborOptions::default();
+    let agent = job_agent(&spec, &options, &tmp.path().join("staging")).unwrap();
+    let (model, _) = access::open(&TrialSettings::default(), &options, "slow")
+        .await
+        .unwrap();
+    let jobs = tmp.path().join("jobs");
+    let started = std::time::Instant::now();
+    let log = harbor_run(&bin, &task, &agent, &model, &jobs, "slow").await;
+    let r = parse_trial_result(&trial_json(&jobs, "slow"), "answer", 0).unwrap();
+    assert_eq!(r.status, TrialStatus::Timeout, "{r:#?}\n{log}");
+    assert_eq!(r.reward, None);
+    assert!(
+        started.elapsed().as_secs() < 55,
+        "the sleep did not hold the job"
+    );
+    assert!(leftover_containers(&jobs.join("slow")).is_empty());
 }
