@@ -4,9 +4,15 @@
 //! # exactly one of:
 //! command = ["./run.sh"]          # a process; run with cwd = /app
 //! component = "agent.wasm"       # a WASI command component (wasm32-wasip2), fully sandboxed
+//! harbor_agent = "agent:MyAgent"  # a Harbor agent class of this tree (harbor engine only),
+//! harbor_agent = "terminus-2"     # or a built-in Harbor agent by name (harbor engine only)
 //!
 //! [env]                          # optional literal environment for the agent
 //! MODE = "fast"
+//!
+//! [harbor_agent_kwargs]          # only with harbor_agent: `--ak key=value` for Harbor;
+//! prompt_template = "./prompt.j2" # a value starting with `./` names a file of this tree and
+//!                                 # is passed as its absolute path, so it evolves with the tree
 //! ```
 //! Relative paths (`component`, and a `command[0]` containing `/`) are resolved against the
 //! directory holding `agent.toml` and must stay inside it.
@@ -36,8 +42,34 @@ const COMPONENT_CAP: u64 = 256 << 20;
 struct RawManifest {
     command: Option<Vec<String>>,
     component: Option<String>,
+    harbor_agent: Option<String>,
+    #[serde(default)]
+    harbor_agent_kwargs: Option<BTreeMap<String, toml::Value>>,
     #[serde(default)]
     env: BTreeMap<String, String>,
+}
+
+/// Largest file a `./` kwarg of `[harbor_agent_kwargs]` may name (a prompt or a config).
+const KWARG_FILE_CAP: u64 = 16 << 20;
+
+/// A Harbor agent, run only by the harbor engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HarborAgent {
+    /// A `BaseAgent` subclass in the candidate tree: `module` (dotted) is importable from
+    /// the agent directory, checked to be a regular file of it.
+    Class { module: String, class: String },
+    /// A Harbor built-in agent (`terminus-2`, `mini-swe-agent`, `nop`, ...).
+    BuiltIn(String),
+}
+
+impl HarborAgent {
+    /// What `harbor run -a` is given.
+    pub fn flag_value(&self) -> String {
+        match self {
+            HarborAgent::Class { module, class } => format!("{module}:{class}"),
+            HarborAgent::BuiltIn(name) => name.clone(),
+        }
+    }
 }
 
 /// How the agent is started.
@@ -52,6 +84,13 @@ pub enum AgentEntry {
         /// Its path relative to the agent's directory.
         path: String,
         bytes: Arc<Vec<u8>>,
+    },
+    /// A Harbor agent (`harbor_agent`), with its `[harbor_agent_kwargs]`: each value as
+    /// declared, except that a `./file` value is the file's absolute path in the agent
+    /// directory (checked to be a regular file inside it).
+    Harbor {
+        agent: HarborAgent,
+        kwargs: BTreeMap<String, String>,
     },
 }
 
@@ -76,9 +115,120 @@ impl AgentEntry {
                     Program::OnPath(a0)
                 })
             }
-            AgentEntry::Component { .. } => None,
+            AgentEntry::Component { .. } | AgentEntry::Harbor { .. } => None,
         }
     }
+}
+
+/// The error the local and docker engines give a `harbor_agent` manifest.
+pub fn harbor_only() -> Error {
+    Error::new(
+        ErrorKind::InvalidAgent,
+        "a `harbor_agent` agent runs only on the harbor engine",
+    )
+    .at("agent.toml in the agent directory")
+    .hint("use --engine harbor (or `engine: harbor` in the recipe), or declare `command = [...]` for the local and docker engines")
+}
+
+fn is_identifier(s: &str) -> bool {
+    let mut c = s.chars();
+    c.next()
+        .is_some_and(|f| f.is_ascii_alphabetic() || f == '_')
+        && c.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// `harbor_agent`'s value, checked: `module:Class` (the module a regular file of the agent
+/// directory) or a built-in name.
+fn harbor_agent(value: &str, root: &Beneath, file: &str) -> Result<HarborAgent> {
+    let Some((module, class)) = value.split_once(':') else {
+        let ok = !value.is_empty()
+            && value
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        if !ok {
+            return Err(invalid(
+                format!(
+                    "harbor_agent {value:?} must be a built-in Harbor agent name (terminus-2, mini-swe-agent, ...: letters, digits, `-`, `_`, `.`) or module:Class"
+                ),
+                file,
+            ));
+        }
+        return Ok(HarborAgent::BuiltIn(value.to_string()));
+    };
+    if !module.split('.').all(is_identifier) || !is_identifier(class) {
+        return Err(invalid(
+            format!(
+                "harbor_agent {value:?} must be module:Class, a dotted Python module of the agent directory and a class name (for example agent:MyAgent or pkg.agent:MyAgent)"
+            ),
+            file,
+        ));
+    }
+    let rel = module.replace('.', "/");
+    let as_file = format!("{rel}.py");
+    let as_package = format!("{rel}/__init__.py");
+    if root.read(&as_file, MANIFEST_CAP << 4).is_err()
+        && root.read(&as_package, MANIFEST_CAP << 4).is_err()
+    {
+        return Err(not_regular(&as_file).hint(format!(
+            "harbor_agent {value:?} names module {module}: {as_file} (or {as_package}) must be a regular file of the target directory, at most 16 MiB"
+        )));
+    }
+    Ok(HarborAgent::Class {
+        module: module.to_string(),
+        class: class.to_string(),
+    })
+}
+
+/// `[harbor_agent_kwargs]`, checked, with each `./file` value resolved in `dir`.
+fn harbor_kwargs(
+    raw: BTreeMap<String, toml::Value>,
+    dir: &Path,
+    root: &Beneath,
+    file: &str,
+) -> Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for (k, v) in raw {
+        let toml::Value::String(v) = v else {
+            return Err(invalid(
+                format!(
+                    "[harbor_agent_kwargs] {k} must be a string (Harbor reads a number, a boolean or JSON from it: write {k} = \"3\")"
+                ),
+                file,
+            ));
+        };
+        let key_ok = !k.is_empty()
+            && k.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
+        if !key_ok {
+            return Err(invalid(
+                format!(
+                    "[harbor_agent_kwargs] key {k:?} must be an identifier (letters, digits, `_`, `.`): it is passed as --ak key=value"
+                ),
+                file,
+            ));
+        }
+        let v = if v.starts_with("./") {
+            let rel = inside(&v, file)?;
+            match root.read(&rel, KWARG_FILE_CAP) {
+                Ok(_) => dir.join(&rel).to_string_lossy().into_owned(),
+                Err(NotRegular::TooLarge) => {
+                    return Err(invalid(
+                        format!("[harbor_agent_kwargs] {k}: {rel} is larger than 16 MiB"),
+                        &rel,
+                    ));
+                }
+                Err(_) => {
+                    return Err(not_regular(&rel).hint(format!(
+                        "[harbor_agent_kwargs] {k} = {v:?} names a file of the target directory (a value starting with ./): it must be a regular file inside it"
+                    )));
+                }
+            }
+        } else {
+            v
+        };
+        out.insert(k, v);
+    }
+    Ok(out)
 }
 
 /// A loaded `agent.toml`.
@@ -175,8 +325,24 @@ impl AgentManifest {
                 ..located
             }
         })?;
-        let entry = match (raw.command, raw.component) {
-            (Some(mut cmd), None) => {
+        if raw.harbor_agent_kwargs.is_some() && raw.harbor_agent.is_none() {
+            return Err(invalid(
+                "[harbor_agent_kwargs] is only for a `harbor_agent` agent",
+                &file,
+            )
+            .hint("set harbor_agent = \"module:Class\" or a built-in Harbor agent name, or remove [harbor_agent_kwargs]"));
+        }
+        let entry = match (raw.command, raw.component, raw.harbor_agent) {
+            (None, None, Some(h)) => AgentEntry::Harbor {
+                agent: harbor_agent(&h, &root, &file)?,
+                kwargs: harbor_kwargs(
+                    raw.harbor_agent_kwargs.unwrap_or_default(),
+                    &dir,
+                    &root,
+                    &file,
+                )?,
+            },
+            (Some(mut cmd), None, None) => {
                 match cmd.first() {
                     None => return Err(invalid("command must not be empty", &file)),
                     Some(a0) if a0.contains('/') => {
@@ -199,7 +365,7 @@ impl AgentManifest {
                 }
                 AgentEntry::Command(cmd)
             }
-            (None, Some(c)) => {
+            (None, Some(c), None) => {
                 let rel = inside(&c, &file)?;
                 let bytes = read_regular(&root, &rel, COMPONENT_CAP)?;
                 AgentEntry::Component {
@@ -209,7 +375,7 @@ impl AgentManifest {
             }
             _ => {
                 return Err(invalid(
-                    "agent.toml must set exactly one of `command` or `component`",
+                    "agent.toml must set exactly one of `command`, `component` or `harbor_agent`",
                     &file,
                 ));
             }

@@ -37,7 +37,14 @@ pub struct TrialAccess {
 impl TrialAccess {
     /// `OPENAI_BASE_URL`, `OPENAI_API_BASE` and `OPENAI_API_KEY` for the agent.
     pub fn env(&self) -> Vec<(String, String)> {
-        let url = format!("http://127.0.0.1:{}/v1", self.port);
+        self.env_at("127.0.0.1")
+    }
+
+    /// The same variables for a listener bound on `host` instead of the trial's own
+    /// `127.0.0.1` (the harbor engine binds the host side of Docker's bridge, which
+    /// Harbor's containers reach).
+    pub fn env_at(&self, host: &str) -> Vec<(String, String)> {
+        let url = format!("http://{host}:{}/v1", self.port);
         vec![
             (BASE_URL_ENV.into(), url.clone()),
             (API_BASE_ENV.into(), url),

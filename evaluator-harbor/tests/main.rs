@@ -7,6 +7,7 @@ mod common;
 
 mod docker;
 mod harbor;
+mod harbor_agents;
 mod local;
 mod model_gateway;
 mod protocol;

@@ -532,6 +532,7 @@ impl DockerEngine {
                         env,
                     )
                 }
+                AgentEntry::Harbor { .. } => return Err(crate::agent::harbor_only()),
                 AgentEntry::Component { .. } => {
                     return Err(Error::new(
                         ErrorKind::Unsupported,

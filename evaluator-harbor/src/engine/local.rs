@@ -102,7 +102,7 @@ impl FrameworkCode {
                 AgentEntry::Component { bytes, .. } => self
                     .agent_components
                     .contains(&crate::digest::sha256_prefixed(bytes)),
-                AgentEntry::Command(_) => false,
+                AgentEntry::Command(_) | AgentEntry::Harbor { .. } => false,
             },
         };
         agent && crate::digest::task_digest(&req.task.dir).is_ok_and(|d| self.tasks.contains(&d))
@@ -813,6 +813,7 @@ impl LocalEngine {
                 (o.exit_code, o.timed_out, o.over_quota)
             }
             AgentSpec::Target(m) => match &m.entry {
+                AgentEntry::Harbor { .. } => return Err(crate::agent::harbor_only()),
                 AgentEntry::Command(argv) => {
                     let mut argv = argv.clone();
                     match m.entry.program() {

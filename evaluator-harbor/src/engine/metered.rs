@@ -104,6 +104,7 @@ fn agent_name(agent: &crate::agent::AgentSpec) -> String {
                 .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
                 .unwrap_or_else(|| "agent".into()),
             AgentEntry::Component { path, .. } => path.clone(),
+            AgentEntry::Harbor { agent, .. } => agent.flag_value(),
         },
     }
 }

@@ -14,6 +14,8 @@
 //! Only the oracle agent is supported here (Harbor's own agents are Python classes; pass
 //! `-a module:Class` through the extra args at your own risk; it replaces the oracle).
 
+pub mod access;
+pub mod agents;
 pub mod job_agent;
 pub mod options;
 
