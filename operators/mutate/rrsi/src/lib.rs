@@ -4,7 +4,8 @@
 //! The prompt carries the edit budget `b_t` (the same cosine schedule as
 //! validate/rrsi_screen; blocks that would change more than `b_t` files are refused),
 //! the history derived from the observation's archive view (`rrsi::history`: yield per
-//! component over `window` generations, prune targets, untried components and, when
+//! component over `window` generations (the largest ΔS), prune targets, untried
+//! components (prompt and other included), the latest unmeasured attempts and, when
 //! progress stalled, how many edits must explore an untried component), the train
 //! feedback and the files under `/target`. Blocks are applied with `edits::apply`;
 //! refusals are listed in the notes. Model errors are the operator's errors.
@@ -185,11 +186,13 @@ pub fn mutate_with(
         let names =
             |v: &[rrsi::Component]| v.iter().map(|c| c.name()).collect::<Vec<_>>().join(", ");
         notes.push(format!(
-            "history: prune [{}], untried [{}], stalled {}, exploration slots {}",
+            "history: prune [{}], untried [{}], stalled {}, exploration slots {}, attempts {} ({} unmeasured)",
             names(&h.prune),
             names(&h.untried),
             h.stalled,
-            h.exploration_slots
+            h.exploration_slots,
+            h.total_attempts,
+            h.unmeasured.len()
         ));
     }
     notes.extend(outcomes.iter().map(|o| o.line()));
