@@ -613,7 +613,9 @@ impl Admission {
 /// side is falsy`: an archive row cannot tell "free" from "not reported"). A negative or
 /// non-finite cost is refused, never read as missing.
 fn check_cost(what: &str, c: Option<f64>) -> Result<Option<f64>> {
-    Ok(c.map(|c| non_negative(what, c)).transpose()?.filter(|c| *c != 0.0))
+    Ok(c.map(|c| non_negative(what, c))
+        .transpose()?
+        .filter(|c| *c != 0.0))
 }
 
 /// A score: finite and in `[0, 1]` (a certified score is a mean reward).
@@ -933,7 +935,10 @@ pub fn edit_records(archive: &ArchiveView) -> Result<Vec<EditRecord>> {
         let gain = match (row.score, base) {
             (Some(score), Some(base)) if evaluated(row.status) => {
                 let what = format!("ΔS (score gain) of generation {}", row.generation_id);
-                Some(checked(&what, finite(&what, score)? - finite(&what, base)?)?)
+                Some(checked(
+                    &what,
+                    finite(&what, score)? - finite(&what, base)?,
+                )?)
             }
             _ => None,
         };

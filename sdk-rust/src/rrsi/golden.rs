@@ -86,11 +86,7 @@ fn selection_vectors_match_the_oracle() {
             continue;
         }
         let got = got.unwrap_or_else(|e| panic!("{v}: {e}"));
-        assert_eq!(
-            got.winner,
-            v["winner"].as_u64().map(|w| w as usize),
-            "{v}"
-        );
+        assert_eq!(got.winner, v["winner"].as_u64().map(|w| w as usize), "{v}");
         let adm: Vec<bool> = got.admissions.iter().map(|a| a.admissible).collect();
         let missing: Vec<bool> = got.admissions.iter().map(|a| a.cost_missing).collect();
         assert_eq!(serde_json::json!(adm), v["admissible"], "{v}");
