@@ -7,8 +7,8 @@
 //!   Kept rows never leave the archive, so `S*` is monotone.
 //! * **Cost rule** ([`admit`]). With `ΔS = score − incumbent score` and `ΔC = cost −
 //!   incumbent cost`: if `ΔS > δ`, require `ΔC ≤ β0 + β1·ΔS`; otherwise require
-//!   `w_s·ΔS − w_c·ΔC + w_n·novelty > 0`. A missing cost on either side makes `ΔC = 0`
-//!   and is recorded in the admission.
+//!   `w_s·ΔS − w_c·ΔC + w_n·novelty > 0`. A missing cost (or a cost of 0) on either
+//!   side makes `ΔC = 0` and is recorded in the admission. Scores are in `[0, 1]`.
 //! * **Novelty** ([`novelty`]). The structural components the candidate's edit touches
 //!   that never had an accepted (kept) edit.
 //! * **Components** ([`classify`]). A changed file keeps its claimed component only
@@ -16,10 +16,15 @@
 //!   component); otherwise it is reclassified. A diff whose changed lines are all string
 //!   literals or comments is a prompt edit whatever the claim.
 //! * **Edit budget** ([`edit_budget`]). `b_t = ⌈b_min + (b_max − b_min)·½(1 + cos(π t/T))⌉`
-//!   rounded to 9 decimals before the ceiling.
+//!   rounded half-even to 9 decimals before the ceiling; integer bounds in `1..=2^53`.
 //! * **Screen** ([`find_leaks`]). Protected strings appearing as whole tokens.
-//! * **History** ([`history`]). Yield per component over a window, prune targets and the
-//!   stall flag, derived from the archive's `x_rrsi_components` annotations.
+//! * **History** ([`history`]). The per-edit ledger derived from the archive's
+//!   `x_rrsi_components` annotations: yield `max ΔS` per component over
+//!   `t − t_i ≤ n_prune`, prune targets, `U_t = K ∖ T_t`, the stall flag, and the
+//!   unmeasured attempts (counted, never tried or yielding).
+//!
+//! `testdata/rrsi/vectors.json` holds golden vectors an independent oracle
+//! (`testdata/rrsi/oracle.py`) computed from the specification; `rrsi/golden.rs` runs them.
 //!
 //! Every function validates its numbers and returns a typed [`RrsiError`]: nothing here
 //! panics on input, and no NaN or infinity reaches a result.

@@ -46,7 +46,6 @@ impl Operator for Rrsi {
     }
 }
 
-
 /// The incumbent: the champion's row when configured and present, else the parent.
 fn incumbent<'a>(
     ctx: &Context,
