@@ -42,7 +42,7 @@ impl Operator for RrsiMutate {
                     3,
                     1.0,
                     1000.0,
-                    "w: generations of the yield window and the stall test",
+                    "w (n_prune): an edit's ΔS counts in the yield while t − t_i <= w; also the stall test's w",
                 ),
             )
             .field(
@@ -54,8 +54,8 @@ impl Operator for RrsiMutate {
                 int(
                     1,
                     0.0,
-                    4.0,
-                    "Edits reserved for untried components when stalled",
+                    6.0,
+                    "Edits reserved for untried components (any of the six) when stalled",
                 ),
             )
             .field(
