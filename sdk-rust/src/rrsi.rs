@@ -7,8 +7,8 @@
 //!   Kept rows never leave the archive, so `S*` is monotone.
 //! * **Cost rule** ([`admit`]). With `ΔS = score − incumbent score` and `ΔC = cost −
 //!   incumbent cost`: if `ΔS > δ`, require `ΔC ≤ β0 + β1·ΔS`; otherwise require
-//!   `w_s·ΔS − w_c·ΔC + w_n·novelty > 0`. A missing cost on either side makes `ΔC = 0`
-//!   and is recorded in the admission.
+//!   `w_s·ΔS − w_c·ΔC + w_n·novelty > 0`. A missing cost (or a cost of 0) on either
+//!   side makes `ΔC = 0` and is recorded in the admission. Scores are in `[0, 1]`.
 //! * **Novelty** ([`novelty`]). The structural components the candidate's edit touches
 //!   that never had an accepted (kept) edit.
 //! * **Components** ([`classify`]). A changed file keeps its claimed component only
@@ -16,16 +16,21 @@
 //!   component); otherwise it is reclassified. A diff whose changed lines are all string
 //!   literals or comments is a prompt edit whatever the claim.
 //! * **Edit budget** ([`edit_budget`]). `b_t = ⌈b_min + (b_max − b_min)·½(1 + cos(π t/T))⌉`
-//!   rounded to 9 decimals before the ceiling.
+//!   rounded half-even to 9 decimals before the ceiling; integer bounds in `1..=2^53`.
 //! * **Screen** ([`find_leaks`]). Protected strings appearing as whole tokens.
-//! * **History** ([`history`]). Yield per component over a window, prune targets and the
-//!   stall flag, derived from the archive's `x_rrsi_components` annotations.
+//! * **History** ([`history`]). The per-edit ledger derived from the archive's
+//!   `x_rrsi_components` annotations: yield `max ΔS` per component over
+//!   `t − t_i ≤ n_prune`, prune targets, `U_t = K ∖ T_t`, the stall flag, and the
+//!   unmeasured attempts (counted, never tried or yielding).
+//!
+//! `testdata/rrsi/vectors.json` holds golden vectors an independent oracle
+//! (`testdata/rrsi/oracle.py`) computed from the specification; `rrsi/golden.rs` runs them.
 //!
 //! Every function validates its numbers and returns a typed [`RrsiError`]: nothing here
 //! panics on input, and no NaN or infinity reaches a result.
 
 use crate::edits::glob_match;
-use crate::types::{ArchiveRow, ArchiveView, Verdict};
+use crate::types::{ArchiveRow, ArchiveView, GenerationStatus, Verdict};
 use std::fmt;
 
 /// The record annotation that carries a generation's component tags (a JSON array of
@@ -609,8 +614,25 @@ impl Admission {
     }
 }
 
+/// A cost: `None` and 0 both mean "no telemetry" (the specification's `ΔC = 0 if either
+/// side is falsy`: an archive row cannot tell "free" from "not reported"). A negative or
+/// non-finite cost is refused, never read as missing.
 fn check_cost(what: &str, c: Option<f64>) -> Result<Option<f64>> {
-    c.map(|c| non_negative(what, c)).transpose()
+    Ok(c.map(|c| non_negative(what, c))
+        .transpose()?
+        .filter(|c| *c != 0.0))
+}
+
+/// A score: finite and in `[0, 1]` (a certified score is a mean reward).
+fn unit_score(what: &str, x: f64) -> Result<f64> {
+    let x = finite(what, x)?;
+    if !(0.0..=1.0).contains(&x) {
+        return Err(RrsiError::OutOfRange {
+            what: what.into(),
+            expected: format!("a score in [0, 1], not {x}"),
+        });
+    }
+    Ok(x)
 }
 
 /// Apply the floor and the cost rule to `cand` against `inc`, with `s_star` the best
@@ -623,10 +645,10 @@ pub fn admit(
 ) -> Result<Admission> {
     p.check()?;
     let s_star = s_star
-        .map(|s| finite("S* (best certified score)", s))
+        .map(|s| unit_score("S* (best certified score)", s))
         .transpose()?;
-    let inc_score = finite("incumbent score", inc.score)?;
-    let score = finite("candidate score", cand.score)?;
+    let inc_score = unit_score("incumbent score", inc.score)?;
+    let score = unit_score("candidate score", cand.score)?;
     let inc_cost = check_cost("incumbent cost", inc.cost)?;
     let cost = check_cost("candidate cost", cand.cost)?;
     if cand.novelty > Component::STRUCTURAL.len() as u32 {
@@ -728,38 +750,59 @@ pub struct Schedule {
     pub horizon: i64,
 }
 
-/// `b_t = ⌈b_min + (b_max − b_min)·½(1 + cos(π t/T))⌉`, rounded to 9 decimals before
-/// the ceiling. `T ≤ 0` gives `⌈b_max⌉`; `t` is clamped to `[0, T]`. Bounds must be
-/// finite, > 0 and `b_min ≤ b_max`; a result beyond `u64` is an overflow.
-pub fn edit_budget(t: i64, s: &Schedule) -> Result<u64> {
-    for (what, b) in [("b_min", s.b_min), ("b_max", s.b_max)] {
-        finite(what, b)?;
-        if b <= 0.0 {
-            return Err(RrsiError::Negative {
-                what: what.into(),
-                expected: "> 0",
-            });
-        }
-    }
-    if s.b_min > s.b_max {
-        return Err(RrsiError::InvertedBounds {
-            b_min: s.b_min,
-            b_max: s.b_max,
+/// The largest bound the schedule takes: 2^53, beyond which not every integer is an
+/// `f64`, so a configured bound might not be the integer the author wrote.
+pub const MAX_BOUND: f64 = 9_007_199_254_740_992.0;
+
+/// One bound of the schedule: an integer in `1..=2^53`.
+fn bound(what: &str, b: f64) -> Result<f64> {
+    finite(what, b)?;
+    if b <= 0.0 {
+        return Err(RrsiError::Negative {
+            what: what.into(),
+            expected: "> 0",
         });
     }
+    if b.fract() != 0.0 || b > MAX_BOUND {
+        return Err(RrsiError::OutOfRange {
+            what: what.into(),
+            expected: format!("an integer in 1..=2^53 (9007199254740992), not {b}"),
+        });
+    }
+    Ok(b)
+}
+
+/// `x` rounded to 9 decimal places, half to even on an exact tie, as the specification's
+/// guard (`round(v, 9)`) does: the exact decimal value of `x` is rounded, not `x·10⁹`
+/// (which loses digits above 2^53/10⁹ ≈ 9·10⁶). Rust's fixed-precision formatting is
+/// exact and ties to even, and parsing returns the nearest `f64`.
+fn round9(x: f64) -> Result<f64> {
+    format!("{x:.9}")
+        .parse::<f64>()
+        .map_err(|_| RrsiError::Overflow {
+            what: "the edit budget (rounded to 9 decimals)".into(),
+        })
+}
+
+/// `b_t = ⌈b_min + (b_max − b_min)·½(1 + cos(π t/T))⌉`, rounded half-even to 9 decimals
+/// before the ceiling. `T ≤ 0` gives `b_max`; `t` is clamped to `[0, T]`. Bounds must be
+/// integers in `1..=2^53` with `b_min ≤ b_max`.
+pub fn edit_budget(t: i64, s: &Schedule) -> Result<u64> {
+    let b_min = bound("b_min", s.b_min)?;
+    let b_max = bound("b_max", s.b_max)?;
+    if b_min > b_max {
+        return Err(RrsiError::InvertedBounds { b_min, b_max });
+    }
     let raw = if s.horizon <= 0 {
-        s.b_max
+        b_max
     } else {
         let t = t.clamp(0, s.horizon) as f64;
         let phase = std::f64::consts::PI * t / s.horizon as f64;
-        let span = checked("b_max − b_min", s.b_max - s.b_min)?;
-        s.b_min + span * 0.5 * (1.0 + phase.cos())
+        b_min + (b_max - b_min) * 0.5 * (1.0 + phase.cos())
     };
-    let scaled = checked("the edit budget (scaled to 9 decimals)", raw * 1e9)?;
-    let b = (scaled.round() / 1e9).ceil();
-    // `b` is finite (checked above); u64::MAX as f64 rounds up to 2^64, which does not
-    // fit, so it is refused too.
-    if b >= u64::MAX as f64 {
+    // The bounds are ≤ 2^53, so `raw` and its ceiling are finite and fit a u64.
+    let b = round9(raw)?.ceil();
+    if !(0.0..=MAX_BOUND).contains(&b) {
         return Err(RrsiError::Overflow {
             what: "the edit budget".into(),
         });
@@ -831,63 +874,121 @@ pub fn find_leaks(path: &str, text: &str, protected: &[String]) -> Vec<Leak> {
 // Per-edit history
 // ----------------------------------------------------------------------------------
 
-/// One tagged, scored edit of the archive: a row with [`ANNOTATION`] and a score whose
-/// parent has a score; `gain` is the score difference.
+/// One attempted edit of the archive: a child row (it has a parent) that carries
+/// [`ANNOTATION`], or that stopped before it was measured.
+///
+/// This is the specification's per-edit ledger, derived from the certified archive
+/// instead of kept in a JSONL file of its own (docs/rrsi.md lists the deviation): an
+/// edit touching several components fans out to one entry per component, each with the
+/// edit's ΔS.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EditRecord {
     pub generation_id: String,
     pub generation: u32,
+    /// The distinct components of the edit (empty: an untagged early stop, whose
+    /// components nobody classified).
     pub components: Vec<Component>,
     pub kept: bool,
-    pub gain: f64,
+    pub status: GenerationStatus,
+    /// ΔS = score − parent score when the edit was measured; `None` when it was not (a
+    /// veto, a failed evaluation, an unscored parent). Always finite.
+    pub gain: Option<f64>,
 }
 
-/// The tagged, scored edits, in archive order.
+impl EditRecord {
+    /// Whether the edit has a measurement the tried set and the yield may use.
+    pub fn measured(&self) -> bool {
+        self.gain.is_some()
+    }
+}
+
+/// The statuses of an evaluated child. Every other status is a veto or a failure
+/// before the measurement: such a row stays unmeasured even when it carries a score
+/// (a veto with a measurement attached stays rejected).
+fn evaluated(status: GenerationStatus) -> bool {
+    matches!(
+        status,
+        GenerationStatus::Complete | GenerationStatus::PendingGate
+    )
+}
+
+/// The attempted edits, in archive order. A tagged row is measured when it was
+/// evaluated and both it and its parent have a score; a non-finite ΔS is an error.
 pub fn edit_records(archive: &ArchiveView) -> Result<Vec<EditRecord>> {
     let mut out = Vec::new();
     for row in &archive.rows {
-        let Some(components) = row_components(row)? else {
-            continue;
+        let Some(parent_id) = row.parent.as_deref() else {
+            continue; // genesis is no edit
         };
-        let parent = row
-            .parent
-            .as_deref()
-            .and_then(|p| archive.rows.iter().find(|r| r.generation_id == p));
-        let (Some(score), Some(base)) = (row.score, parent.and_then(|p| p.score)) else {
-            continue;
+        let components = match row_components(row)? {
+            Some(mut cs) => {
+                cs.sort();
+                cs.dedup();
+                cs
+            }
+            None if !evaluated(row.status) => Vec::new(),
+            None => continue, // measured but untagged: nothing to attribute it to
         };
-        let what = format!("score gain of generation {}", row.generation_id);
-        let gain = checked(&what, finite(&what, score)? - finite(&what, base)?)?;
+        if components.is_empty() && evaluated(row.status) {
+            continue; // an evaluated edit that changed no file
+        }
+        let base = archive
+            .rows
+            .iter()
+            .find(|r| r.generation_id == parent_id)
+            .and_then(|p| p.score);
+        let gain = match (row.score, base) {
+            (Some(score), Some(base)) if evaluated(row.status) => {
+                let what = format!("ΔS (score gain) of generation {}", row.generation_id);
+                Some(checked(
+                    &what,
+                    finite(&what, score)? - finite(&what, base)?,
+                )?)
+            }
+            _ => None,
+        };
         out.push(EditRecord {
             generation_id: row.generation_id.clone(),
             generation: row.generation,
             components,
             kept: kept(row),
+            status: row.status,
             gain,
         });
     }
     Ok(out)
 }
 
+/// How many unmeasured records [`History::render`] lists (the latest ones).
+pub const RENDER_UNMEASURED: usize = 3;
+
 /// What mutate is told about past edits.
 #[derive(Debug, Clone, PartialEq)]
 pub struct History {
     /// The latest generation in the archive view (`t`).
     pub now: u32,
-    /// Per tried component: the summed score gain of its edits in the window
-    /// (generations `now − window + 1 ..= now`), `−∞` when none falls in the window.
+    /// Per tried component (in [`Component::ALL`] order): `g_t(l)`, the largest ΔS of its
+    /// measured edits with `t − t_i ≤ window`; `−∞` when none is that recent.
     pub yields: Vec<(Component, f64)>,
     /// Tried components whose yield is ≤ 0 (`−∞` included): edit them no more.
     pub prune: Vec<Component>,
-    /// Structural components with no tagged edit at all.
+    /// `U_t = K ∖ T_t`: every component (structural, `prompt` and `other`) with no
+    /// measured edit. An attempted but unmeasured component is still untried.
     pub untried: Vec<Component>,
     /// `S_t − S_{t−w} ≤ δ` (only once `t ≥ w`).
     pub stalled: bool,
-    /// Edit slots reserved for untried components: `min(slots, untried)` when stalled.
+    /// Edit slots reserved for untried components: `min(slots, |U_t|)` when stalled.
     pub exploration_slots: u32,
+    /// Per attempted component: its attempts, measured or not.
+    pub attempts: Vec<(Component, u32)>,
+    /// Every attempt, measured or not (untagged early stops included).
+    pub total_attempts: u32,
+    /// The unmeasured records, in archive order.
+    pub unmeasured: Vec<EditRecord>,
 }
 
-/// Derive the history from the archive view. `window` ≥ 1; `noise_band` finite ≥ 0.
+/// Derive the history from the archive view. `window` (`n_prune`) ≥ 1; `noise_band`
+/// finite ≥ 0.
 pub fn history(archive: &ArchiveView, window: u32, noise_band: f64, slots: u32) -> Result<History> {
     if window == 0 {
         return Err(RrsiError::OutOfRange {
@@ -898,26 +999,26 @@ pub fn history(archive: &ArchiveView, window: u32, noise_band: f64, slots: u32) 
     let delta = non_negative("noise_band", noise_band)?;
     let records = edit_records(archive)?;
     let now = archive.rows.iter().map(|r| r.generation).max().unwrap_or(0);
-    let start = now.saturating_sub(window - 1);
     let mut yields = Vec::new();
+    let mut attempts = Vec::new();
     for c in Component::ALL {
-        let tagged: Vec<&EditRecord> = records
-            .iter()
-            .filter(|r| r.components.contains(&c))
-            .collect();
-        if tagged.is_empty() {
-            continue;
+        let with_c = || records.iter().filter(|r| r.components.contains(&c));
+        let n = with_c().count() as u32;
+        if n > 0 {
+            attempts.push((c, n));
         }
-        let recent: Vec<f64> = tagged
-            .iter()
-            .filter(|r| r.generation >= start)
-            .map(|r| r.gain)
+        let measured: Vec<(u32, f64)> = with_c()
+            .filter_map(|r| r.gain.map(|g| (r.generation, g)))
             .collect();
-        let y = if recent.is_empty() {
-            f64::NEG_INFINITY
-        } else {
-            checked(&format!("yield of {}", c.name()), recent.iter().sum())?
-        };
+        if measured.is_empty() {
+            continue; // not tried
+        }
+        // t − t_i ≤ window; generations are ≤ t, so the difference never underflows.
+        let y = measured
+            .iter()
+            .filter(|(g, _)| now - g <= window)
+            .map(|(_, gain)| *gain)
+            .fold(f64::NEG_INFINITY, f64::max);
         yields.push((c, y));
     }
     let prune = yields
@@ -925,9 +1026,9 @@ pub fn history(archive: &ArchiveView, window: u32, noise_band: f64, slots: u32) 
         .filter(|(_, y)| *y <= 0.0)
         .map(|(c, _)| *c)
         .collect();
-    let untried: Vec<Component> = Component::STRUCTURAL
+    let untried: Vec<Component> = Component::ALL
         .into_iter()
-        .filter(|c| !records.iter().any(|r| r.components.contains(c)))
+        .filter(|c| !yields.iter().any(|(t, _)| t == c))
         .collect();
     let stalled = now >= window && {
         let s_now = best_certified_until(archive, Some(now))?;
@@ -942,6 +1043,8 @@ pub fn history(archive: &ArchiveView, window: u32, noise_band: f64, slots: u32) 
     } else {
         0
     };
+    let total_attempts = records.len() as u32;
+    let unmeasured = records.into_iter().filter(|r| !r.measured()).collect();
     Ok(History {
         now,
         yields,
@@ -949,10 +1052,18 @@ pub fn history(archive: &ArchiveView, window: u32, noise_band: f64, slots: u32) 
         untried,
         stalled,
         exploration_slots,
+        attempts,
+        total_attempts,
+        unmeasured,
     })
 }
 
 impl History {
+    /// The components with at least one attempt, measured or not.
+    pub fn attempted(&self) -> Vec<Component> {
+        self.attempts.iter().map(|(c, _)| *c).collect()
+    }
+
     /// The history as prompt text for mutate.
     pub fn render(&self) -> String {
         let names = |v: &[Component]| {
@@ -975,10 +1086,28 @@ impl History {
             out.push_str(&format!("- {}: yield {y}\n", c.name()));
         }
         out.push_str(&format!("Prune (do not edit): {}\n", names(&self.prune)));
-        out.push_str(&format!(
-            "Untried structural components: {}\n",
-            names(&self.untried)
-        ));
+        out.push_str(&format!("Untried components: {}\n", names(&self.untried)));
+        if !self.unmeasured.is_empty() {
+            let shown = self.unmeasured.len().min(RENDER_UNMEASURED);
+            out.push_str(&format!(
+                "Unmeasured attempts ({} of {}, latest first; not in the yields):\n",
+                shown,
+                self.unmeasured.len()
+            ));
+            for r in self.unmeasured.iter().rev().take(RENDER_UNMEASURED) {
+                let cs = if r.components.is_empty() {
+                    "components unknown".to_string()
+                } else {
+                    names(&r.components)
+                };
+                out.push_str(&format!(
+                    "- generation {} ({}): {}\n",
+                    r.generation_id,
+                    crate::status_name(r.status),
+                    cs
+                ));
+            }
+        }
         if self.stalled {
             out.push_str(&format!(
                 "Progress has stalled: {} of your edits must target an untried component.\n",
@@ -1067,13 +1196,13 @@ pub mod config {
             "b_min",
             number()
                 .default(json!(1.0))
-                .description("Edit budget at the end of the schedule (> 0)"),
+                .description("Edit budget at the end of the schedule (an integer >= 1)"),
         )
         .field(
             "b_max",
             number()
                 .default(json!(4.0))
-                .description("Edit budget at generation 0 (> 0, >= b_min)"),
+                .description("Edit budget at generation 0 (an integer >= b_min, at most 2^53)"),
         )
         .field(
             "horizon",
@@ -1098,13 +1227,21 @@ pub mod config {
     ) -> Result<(), Vec<crate::config::Violation>> {
         let get = |k: &str| c.get(k).and_then(Value::as_f64);
         let mut out = Vec::new();
+        let mut ok = true;
         for k in ["b_min", "b_max"] {
             if get(k).is_some_and(|b| b <= 0.0) {
                 out.push(crate::config::Violation::new(k, "must be a number > 0"));
+                ok = false;
+            } else if get(k).is_some_and(|b| b.fract() != 0.0 || b > super::MAX_BOUND) {
+                out.push(crate::config::Violation::new(
+                    k,
+                    "must be an integer in 1..=2^53 (9007199254740992)",
+                ));
+                ok = false;
             }
         }
         if let (Some(lo), Some(hi)) = (get("b_min"), get("b_max"))
-            && lo > 0.0
+            && ok
             && lo > hi
         {
             out.push(crate::config::Violation::new(
@@ -1118,3 +1255,6 @@ pub mod config {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod golden;

@@ -179,8 +179,8 @@ fn a_gain_inside_the_noise_band_takes_the_tradeoff_branch() {
     let a = admit(
         &params,
         Some(0.5),
-        &inc(0.5, Some(0.0)),
-        &cand(0.6, Some(0.2), 0),
+        &inc(0.5, Some(0.1)),
+        &cand(0.6, Some(0.3), 0),
     )
     .unwrap();
     assert!(matches!(a.branch, Branch::Tradeoff { .. }) && !a.admissible);
@@ -188,7 +188,15 @@ fn a_gain_inside_the_noise_band_takes_the_tradeoff_branch() {
 
 #[test]
 fn missing_cost_telemetry_counts_as_zero_and_is_recorded() {
-    for (ci, cc) in [(None, Some(5.0)), (Some(5.0), None), (None, None)] {
+    // A cost of 0 is missing telemetry too ("dC = 0 if either side is falsy").
+    for (ci, cc) in [
+        (None, Some(5.0)),
+        (Some(5.0), None),
+        (None, None),
+        (Some(0.0), Some(5.0)),
+        (Some(5.0), Some(0.0)),
+        (Some(0.0), Some(0.0)),
+    ] {
         let a = admit(&p(), Some(0.5), &inc(0.5, ci), &cand(0.6, cc, 0)).unwrap();
         assert!(a.cost_missing && a.delta_c == 0.0 && a.admissible);
         assert!(
@@ -208,7 +216,7 @@ fn choose_takes_the_best_admissible_and_the_first_on_ties() {
         cand(0.8, None, 0),
         cand(0.9, Some(9.0), 0), // best score, but too expensive
     ];
-    let got = choose(&p(), Some(0.5), &inc(0.5, Some(0.0)), &c).unwrap();
+    let got = choose(&p(), Some(0.5), &inc(0.5, Some(1.0)), &c).unwrap();
     assert_eq!(got.winner, Some(1));
     assert_eq!(got.admissions.len(), 4);
     assert!(!got.admissions[3].admissible);
@@ -314,33 +322,41 @@ fn negative_and_out_of_range_inputs_are_refused() {
 #[test]
 fn overflowing_arithmetic_is_refused() {
     let huge = Params {
+        beta0: f64::MAX,
         beta1: f64::MAX,
         ..p()
     };
     assert_eq!(
-        admit_err(huge, None, inc(0.0, None), cand(10.0, None, 0)),
-        "β1·ΔS overflows (the inputs are too large)"
-    );
-    assert_eq!(
-        admit_err(p(), None, inc(-f64::MAX, None), cand(f64::MAX, None, 0)),
-        "ΔS (candidate − incumbent score) overflows (the inputs are too large)"
-    );
-    let wide = Params {
-        noise_band: f64::MAX,
-        ..p()
-    };
-    assert_eq!(
-        admit_err(wide, Some(-f64::MAX), inc(0.0, None), cand(0.0, None, 0)),
-        "the floor S* − δ overflows (the inputs are too large)"
+        admit_err(huge, None, inc(0.0, None), cand(1.0, None, 0)),
+        "β0 + β1·ΔS overflows (the inputs are too large)"
     );
     let heavy = Params {
         w_c: f64::MAX,
         ..p()
     };
     assert_eq!(
-        admit_err(heavy, None, inc(0.0, Some(0.0)), cand(0.0, Some(10.0), 0)),
+        admit_err(heavy, None, inc(0.0, Some(1.0)), cand(0.0, Some(10.0), 0)),
         "w_c·ΔC overflows (the inputs are too large)"
     );
+}
+
+#[test]
+fn scores_outside_the_unit_interval_are_refused() {
+    // Issue 31's vectors: a candidate at 1.2, an incumbent at −0.1.
+    assert_eq!(
+        admit_err(p(), None, inc(0.5, None), cand(1.2, None, 0)),
+        "candidate score must be a score in [0, 1], not 1.2"
+    );
+    assert_eq!(
+        admit_err(p(), None, inc(-0.1, None), cand(0.5, None, 0)),
+        "incumbent score must be a score in [0, 1], not -0.1"
+    );
+    assert_eq!(
+        admit_err(p(), Some(1.5), inc(0.5, None), cand(0.5, None, 0)),
+        "S* (best certified score) must be a score in [0, 1], not 1.5"
+    );
+    // The bounds themselves are scores.
+    assert!(admit(&p(), Some(1.0), &inc(0.0, None), &cand(1.0, None, 0)).is_ok());
 }
 
 // ---- the edit budget ------------------------------------------------------------
@@ -361,8 +377,8 @@ fn schedule_endpoints_and_clamping() {
     assert_eq!(edit_budget(-3, &s), Ok(8));
     assert_eq!(edit_budget(99, &s), Ok(1));
     assert_eq!(edit_budget(5, &s), Ok(5)); // 1 + 7·½ = 4.5 → 5
-    assert_eq!(edit_budget(0, &sched(1.5, 2.5, 4)), Ok(3));
-    assert_eq!(edit_budget(4, &sched(1.5, 2.5, 4)), Ok(2));
+    assert_eq!(edit_budget(0, &sched(2.0, 3.0, 4)), Ok(3));
+    assert_eq!(edit_budget(4, &sched(2.0, 3.0, 4)), Ok(2));
 }
 
 #[test]
@@ -377,12 +393,36 @@ fn schedule_anneals_monotonically() {
 fn schedule_rounds_to_nine_decimals_before_the_ceiling() {
     // 1 + 4·½(1 + cos(2π/3)) is 2.0000000000000004 in floating point: 2, not 3.
     assert_eq!(edit_budget(2, &sched(1.0, 5.0, 3)), Ok(2));
+    // Issue 31's huge-bound vectors: `(v·1e9).round()/1e9` gave one too many at
+    // T = 40, t = 1, and one below v at T = 31, t = 12 (v = 673652626422411.1).
+    let big = 1e15 + 1.0;
+    assert_eq!(
+        edit_budget(1, &sched(1.0, big, 40)),
+        Ok(998_458_666_866_565)
+    );
+    assert_eq!(
+        edit_budget(12, &sched(1.0, big, 31)),
+        Ok(673_652_626_422_412)
+    );
+}
+
+#[test]
+fn the_guard_rounds_half_to_even_at_nine_places() {
+    // Exact ties at the 10th decimal: 1/1024 = 0.0009765625 and 3/1024 = 0.0029296875
+    // are exact in binary; half to even keeps the 2 and lifts the 7 (Python's round).
+    assert_eq!(round9(1.0 / 1024.0).unwrap(), 0.000976562);
+    assert_eq!(round9(3.0 / 1024.0).unwrap(), 0.002929688);
+    assert_eq!(round9(2.5).unwrap(), 2.5);
+    // 1.0000000005 is 1.00000000050000004… in binary: not a tie, so up.
+    assert_eq!(round9(1.0000000005).unwrap(), 1.000000001);
+    assert_eq!(round9(2.0000000000000004).unwrap(), 2.0);
+    assert_eq!(round9(MAX_BOUND).unwrap(), MAX_BOUND);
 }
 
 #[test]
 fn degenerate_horizon_gives_b_max() {
     for horizon in [0, -5] {
-        assert_eq!(edit_budget(7, &sched(1.0, 6.5, horizon)), Ok(7));
+        assert_eq!(edit_budget(7, &sched(1.0, 7.0, horizon)), Ok(7));
     }
 }
 
@@ -403,13 +443,27 @@ fn schedule_rejects_bad_bounds() {
         err(sched(4.0, 3.0, 5)),
         "edit budget bounds are inverted: b_min 4 must be <= b_max 3"
     );
+    // Issue 31: non-integer bounds are refused, and so are bounds too large to be
+    // represented exactly (10^20 used to overflow).
     assert_eq!(
-        err(sched(1.0, 1e300, 5)),
-        "the edit budget (scaled to 9 decimals) overflows (the inputs are too large)"
+        err(sched(1.5, 3.0, 5)),
+        "b_min must be an integer in 1..=2^53 (9007199254740992), not 1.5"
     );
     assert_eq!(
-        err(sched(1.0, 1e20, 0)),
-        "the edit budget overflows (the inputs are too large)"
+        err(sched(1.0, 4.5, 5)),
+        "b_max must be an integer in 1..=2^53 (9007199254740992), not 4.5"
+    );
+    for b_max in [1e20, 1e300, MAX_BOUND + 2.0] {
+        for horizon in [0, 5] {
+            assert_eq!(
+                err(sched(1.0, b_max, horizon)),
+                format!("b_max must be an integer in 1..=2^53 (9007199254740992), not {b_max}")
+            );
+        }
+    }
+    assert_eq!(
+        edit_budget(0, &sched(1.0, MAX_BOUND, 5)),
+        Ok(9_007_199_254_740_992)
     );
 }
 
@@ -634,9 +688,9 @@ fn history_view() -> ArchiveView {
 
 #[test]
 fn history_yields_prune_targets_and_untried() {
-    let h = history(&history_view(), 3, 0.0, 2).unwrap();
+    let h = history(&history_view(), 2, 0.0, 2).unwrap();
     assert_eq!(h.now, 5);
-    // Window: generations 3..=5. Memory's only edit (gen 2) is outside it: −∞.
+    // t − t_i ≤ 2: generations 3..=5. Memory's only edit (gen 2) is outside it: −∞.
     assert_eq!(
         h.yields,
         vec![
@@ -649,11 +703,236 @@ fn history_yields_prune_targets_and_untried() {
         h.prune,
         vec![Component::Skill, Component::Memory, Component::Prompt]
     );
-    assert_eq!(h.untried, vec![Component::ClientTool, Component::Subagent]);
-    // S_5 − S_2 = 0.40 − 0.40 <= 0: stalled, two slots for the two untried components.
+    // U_t = K ∖ T_t: `other` is untried too.
+    assert_eq!(
+        h.untried,
+        vec![Component::ClientTool, Component::Subagent, Component::Other]
+    );
+    // S_5 − S_3 = 0.40 − 0.40 <= 0: stalled, two slots (three untried components).
     assert!(h.stalled);
     assert_eq!(h.exploration_slots, 2);
     assert!(h.render().contains("Progress has stalled: 2 of your edits"));
+    assert!(
+        h.render()
+            .contains("Untried components: client_tool, subagent, other\n")
+    );
+}
+
+#[test]
+fn the_yield_is_the_largest_gain_in_the_window_not_the_sum() {
+    // Issue 31: +0.10 then −0.20 is 0.10 (not pruned); two gains of +0.05 are 0.05.
+    let a = view(vec![
+        row("0", 0, Some(0.30), true),
+        tagged("1", "0", 1, 0.40, true, &["skill"]),
+        tagged("2", "1", 2, 0.20, false, &["skill"]),
+    ]);
+    let h = history(&a, 3, 0.0, 1).unwrap();
+    assert_eq!(h.yields, vec![(Component::Skill, 0.10000000000000003)]);
+    assert!(h.prune.is_empty());
+    let b = view(vec![
+        row("0", 0, Some(0.30), true),
+        tagged("1", "0", 1, 0.35, false, &["memory"]),
+        tagged("2", "0", 2, 0.35, false, &["memory"]),
+    ]);
+    let h = history(&b, 3, 0.0, 1).unwrap();
+    assert_eq!(h.yields, vec![(Component::Memory, 0.04999999999999999)]);
+}
+
+#[test]
+fn the_prune_window_keeps_t_minus_t_i_up_to_n_prune() {
+    // Issue 31: a skill edit of +0.2 at t_i = 7 with t = 10, n = 3 is in the window.
+    let at = |t_i: u32| {
+        view(vec![
+            row("0", 0, Some(0.5), true),
+            tagged("a", "0", t_i, 0.7, false, &["skill"]),
+            discarded("b", 10, 0.5),
+        ])
+    };
+    let h = history(&at(7), 3, 0.0, 1).unwrap();
+    assert_eq!(h.yields, vec![(Component::Skill, 0.19999999999999996)]);
+    assert!(h.prune.is_empty());
+    // t − t_i = 4 > 3: out of the window, −∞, pruned.
+    let h = history(&at(6), 3, 0.0, 1).unwrap();
+    assert_eq!(h.yields, vec![(Component::Skill, f64::NEG_INFINITY)]);
+    assert_eq!(h.prune, vec![Component::Skill]);
+}
+
+#[test]
+fn prompt_and_other_are_explored_once_the_structural_components_are_tried() {
+    // Issue 31: all four structural components tried, progress stalled: the untried
+    // `prompt` and `other` still get exploration slots.
+    let mut rows = vec![row("0", 0, Some(0.4), true)];
+    for (i, c) in ["client_tool", "skill", "memory", "subagent"]
+        .into_iter()
+        .enumerate()
+    {
+        let g = i as u32 + 1;
+        rows.push(tagged(&g.to_string(), "0", g, 0.4, false, &[c]));
+    }
+    let h = history(&view(rows), 2, 0.0, 3).unwrap();
+    assert_eq!(h.untried, vec![Component::Prompt, Component::Other]);
+    assert!(h.stalled);
+    // min(slots, untried): three slots, two untried components.
+    assert_eq!(h.exploration_slots, 2);
+    assert!(h.render().contains("Progress has stalled: 2 of your edits"));
+}
+
+#[test]
+fn exploration_takes_every_slot_when_enough_components_are_untried() {
+    let a = view(vec![
+        row("0", 0, Some(0.4), true),
+        discarded("1", 1, 0.4),
+        discarded("2", 2, 0.4),
+    ]);
+    let h = history(&a, 2, 0.0, 4).unwrap();
+    assert_eq!(h.untried.len(), 6);
+    assert_eq!(h.exploration_slots, 4);
+}
+
+fn unmeasured_row(
+    id: &str,
+    generation: u32,
+    score: Option<f64>,
+    tags: Option<&[&str]>,
+    status: GenerationStatus,
+) -> ArchiveRow {
+    ArchiveRow {
+        parent: Some("0".into()),
+        status,
+        verdict: None,
+        annotations: match tags {
+            Some(t) => serde_json::json!({ANNOTATION: t}).to_string(),
+            None => "{}".into(),
+        },
+        ..row(id, generation, score, false)
+    }
+}
+
+#[test]
+fn unmeasured_records_are_attempts_outside_the_tried_set_and_the_yield() {
+    let a = view(vec![
+        row("0", 0, Some(0.30), true),
+        // Smoke-failed: the evaluation produced no score.
+        unmeasured_row(
+            "1",
+            1,
+            None,
+            Some(&["skill"]),
+            GenerationStatus::CandidateInvalid,
+        ),
+        // Critic-rejected before evaluation: untagged, its components unknown.
+        unmeasured_row("2", 2, None, None, GenerationStatus::RejectedValidation),
+        tagged("3", "0", 3, 0.25, false, &["memory"]),
+    ]);
+    let h = history(&a, 3, 0.0, 1).unwrap();
+    assert_eq!(h.yields, vec![(Component::Memory, -0.04999999999999999)]);
+    assert!(h.untried.contains(&Component::Skill));
+    assert_eq!(h.attempted(), vec![Component::Skill, Component::Memory]);
+    assert_eq!(
+        h.attempts,
+        vec![(Component::Skill, 1), (Component::Memory, 1)]
+    );
+    assert_eq!(h.total_attempts, 3);
+    let ids: Vec<&str> = h
+        .unmeasured
+        .iter()
+        .map(|r| r.generation_id.as_str())
+        .collect();
+    assert_eq!(ids, ["1", "2"]);
+    assert!(h.unmeasured.iter().all(|r| !r.measured()));
+}
+
+#[test]
+fn a_veto_with_a_measurement_attached_stays_rejected() {
+    let a = view(vec![
+        row("0", 0, Some(0.30), true),
+        unmeasured_row(
+            "1",
+            1,
+            Some(0.9),
+            Some(&["skill"]),
+            GenerationStatus::RejectedValidation,
+        ),
+        unmeasured_row(
+            "2",
+            2,
+            Some(0.9),
+            Some(&["memory"]),
+            GenerationStatus::RejectedDuplicate,
+        ),
+    ]);
+    let h = history(&a, 3, 0.0, 1).unwrap();
+    assert!(h.yields.is_empty(), "{:?}", h.yields);
+    assert_eq!(h.untried.len(), 6);
+    assert_eq!(h.total_attempts, 2);
+    assert_eq!(h.unmeasured.len(), 2);
+    assert_eq!(h.unmeasured[0].gain, None);
+}
+
+#[test]
+fn render_lists_the_latest_unmeasured_records() {
+    let mut rows = vec![row("0", 0, Some(0.30), true)];
+    for g in 1..=5u32 {
+        rows.push(unmeasured_row(
+            &g.to_string(),
+            g,
+            None,
+            Some(&["skill"]),
+            GenerationStatus::Timeout,
+        ));
+    }
+    rows.push(unmeasured_row(
+        "6",
+        6,
+        None,
+        None,
+        GenerationStatus::RejectedValidation,
+    ));
+    let text = history(&view(rows), 3, 0.0, 1).unwrap().render();
+    assert!(
+        text.contains(
+            "Unmeasured attempts (3 of 6, latest first; not in the yields):\n\
+             - generation 6 (rejected-validation): components unknown\n\
+             - generation 5 (timeout): skill\n\
+             - generation 4 (timeout): skill\n"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("generation 3 "), "{text}");
+}
+
+#[test]
+fn a_bundle_fans_out_to_every_component() {
+    let a = view(vec![
+        row("0", 0, Some(0.30), true),
+        tagged("1", "0", 1, 0.45, true, &["skill", "memory", "skill"]),
+    ]);
+    let h = history(&a, 3, 0.0, 1).unwrap();
+    assert_eq!(
+        h.yields,
+        vec![
+            (Component::Skill, 0.15000000000000002),
+            (Component::Memory, 0.15000000000000002)
+        ]
+    );
+    // One attempt each: the duplicate tag is one edit.
+    assert_eq!(
+        h.attempts,
+        vec![(Component::Skill, 1), (Component::Memory, 1)]
+    );
+    assert_eq!(h.total_attempts, 1);
+}
+
+#[test]
+fn a_non_finite_gain_is_refused() {
+    for (base, score) in [(-f64::MAX, f64::MAX), (0.3, f64::NAN), (f64::INFINITY, 0.3)] {
+        let a = view(vec![
+            row("0", 0, Some(base), true),
+            tagged("1", "0", 1, score, false, &["skill"]),
+        ]);
+        let e = history(&a, 3, 0.0, 1).unwrap_err().to_string();
+        assert!(e.contains("ΔS (score gain) of generation 1"), "{e}");
+    }
 }
 
 #[test]
@@ -662,7 +941,7 @@ fn history_is_not_stalled_while_improving_or_too_young() {
     // Window 5 (t − w = 0): S_5 − S_0 = 0.10 > 0.
     let h = history(&v, 5, 0.0, 2).unwrap();
     assert!(!h.stalled && h.exploration_slots == 0);
-    assert_eq!(h.yields[0], (Component::Skill, 0.08000000000000002));
+    assert_eq!(h.yields[0], (Component::Skill, 0.10000000000000003));
     // A noise band as wide as the gain makes it a stall.
     assert!(history(&v, 5, 0.11, 1).unwrap().stalled);
     // Fewer generations than the window: never stalled.

@@ -5,7 +5,9 @@
 //!   the archive view (never operator state, so it only rises);
 //! * **cost rule**: if `ΔS > δ`, `ΔC ≤ β0 + β1·ΔS`; otherwise `w_s·ΔS − w_c·ΔC +
 //!   w_n·novelty > 0`. `ΔC` compares the rows' `cost_usd`; a row whose cost is 0 has no
-//!   cost telemetry, so `ΔC = 0` and the reason says so;
+//!   cost telemetry (the SDK's rule), so `ΔC = 0` and the reason says so. A score
+//!   outside [0, 1] or a negative or non-finite cost fails the gate with an error
+//!   naming it;
 //! * **novelty**: the structural components the child's diff touches (classified as in
 //!   record/rrsi_component, with the same `layout`) that never had a kept edit.
 //!
@@ -42,11 +44,6 @@ impl Operator for Rrsi {
             )
             .field("layout", rc::layout_field())
     }
-}
-
-/// A row's cost, or `None` when it carries no telemetry (0 or non-finite).
-fn telemetry(row: &ArchiveRow) -> Option<f64> {
-    Some(row.cost_usd).filter(|c| c.is_finite() && *c > 0.0)
 }
 
 /// The incumbent: the champion's row when configured and present, else the parent.
@@ -126,11 +123,13 @@ pub fn decide(
     };
     let measured = Measured {
         score: inc_score,
-        cost: telemetry(inc),
+        // The SDK reads a cost of 0 as missing telemetry and refuses a negative or
+        // non-finite one, so every caller gets the same rule.
+        cost: Some(inc.cost_usd),
     };
     let cand = Candidate {
         score,
-        cost: telemetry(child),
+        cost: Some(child.cost_usd),
         novelty,
     };
     let choice = rrsi::choose(&params, s_star, &measured, &[cand]).map_err(|e| e.to_string())?;

@@ -202,3 +202,27 @@ fn config_is_checked() {
             .is_err()
     );
 }
+
+#[test]
+fn bad_costs_and_scores_fail_the_gate_with_an_error_naming_them() {
+    let a = archive(vec![row("0", 0, Some(0.3), true)], "0");
+    let decide = |child: &ArchiveRow| {
+        let input = GateInput {
+            archive: &a,
+            diff: None,
+        };
+        Rrsi::decide(&ctx(json!({})), child, a.rows.first(), &input).unwrap_err()
+    };
+    assert_eq!(
+        decide(&pending("1", "0", Some(0.5), -1.0)),
+        "candidate 0: candidate cost must be >= 0"
+    );
+    assert_eq!(
+        decide(&pending("1", "0", Some(0.5), f64::NAN)),
+        "candidate 0: candidate cost must be a finite number"
+    );
+    assert_eq!(
+        decide(&pending("1", "0", Some(1.2), 0.0)),
+        "candidate 0: candidate score must be a score in [0, 1], not 1.2"
+    );
+}

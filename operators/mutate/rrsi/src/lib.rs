@@ -4,7 +4,8 @@
 //! The prompt carries the edit budget `b_t` (the same cosine schedule as
 //! validate/rrsi_screen; blocks that would change more than `b_t` files are refused),
 //! the history derived from the observation's archive view (`rrsi::history`: yield per
-//! component over `window` generations, prune targets, untried components and, when
+//! component over `window` generations (the largest ΔS), prune targets, untried
+//! components (prompt and other included), the latest unmeasured attempts and, when
 //! progress stalled, how many edits must explore an untried component), the train
 //! feedback and the files under `/target`. Blocks are applied with `edits::apply`;
 //! refusals are listed in the notes. Model errors are the operator's errors.
@@ -41,7 +42,7 @@ impl Operator for RrsiMutate {
                     3,
                     1.0,
                     1000.0,
-                    "w: generations of the yield window and the stall test",
+                    "w (n_prune): an edit's ΔS counts in the yield while t − t_i <= w; also the stall test's w",
                 ),
             )
             .field(
@@ -53,8 +54,8 @@ impl Operator for RrsiMutate {
                 int(
                     1,
                     0.0,
-                    4.0,
-                    "Edits reserved for untried components when stalled",
+                    6.0,
+                    "Edits reserved for untried components (any of the six) when stalled",
                 ),
             )
             .field(
@@ -185,11 +186,13 @@ pub fn mutate_with(
         let names =
             |v: &[rrsi::Component]| v.iter().map(|c| c.name()).collect::<Vec<_>>().join(", ");
         notes.push(format!(
-            "history: prune [{}], untried [{}], stalled {}, exploration slots {}",
+            "history: prune [{}], untried [{}], stalled {}, exploration slots {}, attempts {} ({} unmeasured)",
             names(&h.prune),
             names(&h.untried),
             h.stalled,
-            h.exploration_slots
+            h.exploration_slots,
+            h.total_attempts,
+            h.unmeasured.len()
         ));
     }
     notes.extend(outcomes.iter().map(|o| o.line()));

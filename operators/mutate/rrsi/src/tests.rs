@@ -77,7 +77,7 @@ fn the_prompt_carries_budget_and_history_and_edits_apply() {
         "{seen}"
     );
     assert!(
-        seen.contains("Untried structural components: client_tool, skill, subagent"),
+        seen.contains("Untried components: client_tool, skill, subagent, prompt, other"),
         "{seen}"
     );
     assert_eq!(p.changed, ["target/a.txt", "target/b.txt"]);
@@ -88,7 +88,7 @@ fn the_prompt_carries_budget_and_history_and_edits_apply() {
     assert_eq!(p.notes[0], "edit budget b_t = 4 at generation 1");
     assert_eq!(
         p.notes[1],
-        "history: prune [memory], untried [client_tool, skill, subagent], stalled false, exploration slots 0"
+        "history: prune [memory], untried [client_tool, skill, subagent, prompt, other], stalled false, exploration slots 0, attempts 1 (0 unmeasured)"
     );
     assert_eq!(p.notes.last().unwrap(), "why: Retry on failure.");
     assert_eq!((p.usage.input_tokens, p.usage.output_tokens), (10, 5));

@@ -162,6 +162,16 @@ fn config_rejects_bad_bounds_and_blank_strings() {
         ["b_min: must be <= b_max (the bounds are inverted)"]
     );
     assert_eq!(msgs(r#"{"b_max": -1, "b_min": -2}"#).len(), 2);
+    // Issue 31: non-integer bounds, and bounds too large to represent, are refused.
+    assert_eq!(
+        msgs(r#"{"b_min": 1.5}"#),
+        ["b_min: must be an integer in 1..=2^53 (9007199254740992)"]
+    );
+    assert_eq!(
+        msgs(r#"{"b_max": 1e20}"#),
+        ["b_max: must be an integer in 1..=2^53 (9007199254740992)"]
+    );
+    assert!(schema.normalize(r#"{"b_min": 2, "b_max": 2.0}"#).is_ok());
     assert!(schema.normalize(r#"{"protected": [""]}"#).is_err());
     assert!(schema.normalize(r#"{"protected": ["  "]}"#).is_err());
     // A configuration that bypassed the schema is still refused at call time.
