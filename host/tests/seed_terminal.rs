@@ -123,7 +123,10 @@ fn oracle_one_and_nothing_zero(engine: &str) {
     let nothing = rewards(engine, nop.to_str().unwrap(), &tmp.path().join("nop-out"));
     assert_eq!(nothing.len(), names.len());
     for (task, reward) in &nothing {
-        assert_eq!(*reward, 0.0, "an agent doing nothing on {task} ({engine} engine)");
+        assert_eq!(
+            *reward, 0.0,
+            "an agent doing nothing on {task} ({engine} engine)"
+        );
     }
 }
 

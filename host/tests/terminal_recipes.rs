@@ -153,7 +153,7 @@ fn messages(request: &Value) -> Vec<(String, String)> {
 /// The agent's model: solve a task when it is in `solved` or a marker reached the
 /// conversation, else submit at once; submit after the first command.
 fn agent_model(tasks: PathBuf, solved: Arc<Mutex<BTreeSet<String>>>) -> Handler {
-    Box::new(move |request, _| {
+    Box::new(move |request: &Value, _: usize| {
         let messages = messages(request);
         if messages.iter().any(|(role, _)| role == "assistant") {
             return SUBMIT.into();
@@ -173,9 +173,10 @@ fn agent_model(tasks: PathBuf, solved: Arc<Mutex<BTreeSet<String>>>) -> Handler 
 /// The operators' model, in the answer format of the recipe's mutate operator; the
 /// `n`-th call writes marker `n` into a prompt file.
 fn mutator(recipe: &'static str) -> Handler {
-    Box::new(move |request, n| {
+    Box::new(move |request: &Value, n: usize| {
         let messages = messages(request);
-        let marker = format!("{MARKER}{n}: before you submit, run one command that checks the result.");
+        let marker =
+            format!("{MARKER}{n}: before you submit, run one command that checks the result.");
         let system = format!("{}\n{marker}\n", seed_file("prompts/system.md").trim_end());
         match recipe {
             "hill_climb" | "gepa" => {
@@ -188,7 +189,10 @@ fn mutator(recipe: &'static str) -> Handler {
                 let content = match path {
                     "target/prompts/system.md" => system,
                     "target/prompts/instance.md" => {
-                        format!("{}\n{marker}\n", seed_file("prompts/instance.md").trim_end())
+                        format!(
+                            "{}\n{marker}\n",
+                            seed_file("prompts/instance.md").trim_end()
+                        )
                     }
                     "target/agent.yaml" => format!(
                         "{}\n# {marker}\n",
@@ -226,13 +230,16 @@ fn mutator(recipe: &'static str) -> Handler {
 /// The shipped recipe, narrowed for a test: two generations, the eight tasks under
 /// `tasks/`, both models the scripted servers, small train batches.
 fn recipe(name: &str, operators: &str, agent: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../recipes/terminal/{name}.yaml"));
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../recipes/terminal/{name}.yaml"));
     let text = std::fs::read_to_string(&path).unwrap();
     let mut doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
     let set = |doc: &mut serde_yaml::Value, keys: &[&str], value: serde_yaml::Value| {
         let mut at = doc;
         for key in &keys[..keys.len() - 1] {
-            at = at.get_mut(*key).unwrap_or_else(|| panic!("{name}: no {keys:?}"));
+            at = at
+                .get_mut(*key)
+                .unwrap_or_else(|| panic!("{name}: no {keys:?}"));
         }
         at[keys[keys.len() - 1]] = value;
     };
@@ -259,11 +266,22 @@ fn recipe(name: &str, operators: &str, agent: &str) -> String {
             "{{endpoint: \"{operators}\", model: terminal-op-m, api_key_env: EVOLVE_TEST_NO_KEY, prices: {{input_per_mtok_usd: 1, output_per_mtok_usd: 1}}, timeout_s: 60}}"
         )),
     );
-    if doc["operators"]["rollout"]["config"].get("budget_tasks").is_some() {
-        set(&mut doc, &["operators", "rollout", "config", "budget_tasks"], yaml("2"));
+    if doc["operators"]["rollout"]["config"]
+        .get("budget_tasks")
+        .is_some()
+    {
+        set(
+            &mut doc,
+            &["operators", "rollout", "config", "budget_tasks"],
+            yaml("2"),
+        );
     }
     if name == "ahe" {
-        set(&mut doc, &["operators", "mutate", "config", "trial_tasks"], yaml("1"));
+        set(
+            &mut doc,
+            &["operators", "mutate", "config", "trial_tasks"],
+            yaml("1"),
+        );
     }
     serde_yaml::to_string(&doc).unwrap()
 }
@@ -290,12 +308,20 @@ fn two_generations(name: &'static str) {
         copy_tree(&root.join("all").join(task), &root.join("tasks").join(task));
         let instruction = root.join("tasks").join(task).join("instruction.md");
         let text = std::fs::read_to_string(&instruction).unwrap();
-        std::fs::write(&instruction, format!("{}\n\nNote: {}\n", text.trim_end(), canary(task))).unwrap();
+        std::fs::write(
+            &instruction,
+            format!("{}\n\nNote: {}\n", text.trim_end(), canary(task)),
+        )
+        .unwrap();
     }
     let solved: Arc<Mutex<BTreeSet<String>>> = Arc::default();
     let agent = Chat::start(agent_model(root.join("tasks"), solved.clone()));
     let operators = Chat::start(mutator(name));
-    std::fs::write(root.join("recipe.yaml"), recipe(name, &operators.url, &agent.url)).unwrap();
+    std::fs::write(
+        root.join("recipe.yaml"),
+        recipe(name, &operators.url, &agent.url),
+    )
+    .unwrap();
     let run = |args: &[&str]| {
         evolve(args)
             .cwd(root)
@@ -306,8 +332,11 @@ fn two_generations(name: &'static str) {
     run(&["init", "ws", "--recipe", "recipe.yaml"]).ok();
 
     // One solved task per split: the genesis scores 0.5 on the two gate tasks.
-    let ws = evolve::workspace::Workspace::open(&root.join("ws")).unwrap();
-    let split = ws.task_set.split.clone();
+    let split = evolve::workspace::Workspace::open(&root.join("ws"))
+        .unwrap()
+        .task_set
+        .split
+        .clone();
     for part in [&split.train, &split.gate, &split.sealed] {
         solved.lock().unwrap().insert(part[0].clone());
     }
@@ -323,7 +352,10 @@ fn two_generations(name: &'static str) {
         .iter()
         .filter(|r| messages(r).iter().any(|(_, c)| c.contains(MARKER)))
         .count();
-    assert!(marked > 0, "{name}: no trial request carried a mutated prompt's marker");
+    assert!(
+        marked > 0,
+        "{name}: no trial request carried a mutated prompt's marker"
+    );
     assert_eq!(summary["champion_score"], 1.0, "{name}: {summary:#}");
     assert_ne!(summary["champion"], "0", "{name}: {summary:#}");
     assert_eq!(summary["anchor_before"], 0.5, "{name}: {summary:#}");
@@ -331,19 +363,34 @@ fn two_generations(name: &'static str) {
 
     // Gate and sealed canaries never reach the operators' model; a train one can.
     let operator_text: String = operators.seen().iter().map(Value::to_string).collect();
-    assert!(!operators.seen().is_empty(), "{name}: the mutator was never called");
+    assert!(
+        !operators.seen().is_empty(),
+        "{name}: the mutator was never called"
+    );
     for private in split.gate.iter().chain(&split.sealed) {
-        assert!(!operator_text.contains(&canary(private)), "{name}: the operators' model saw {private}'s instruction");
-        assert!(!operator_text.contains(private.as_str()), "{name}: the operators' model saw the name {private}");
+        assert!(
+            !operator_text.contains(&canary(private)),
+            "{name}: the operators' model saw {private}'s instruction"
+        );
+        assert!(
+            !operator_text.contains(private.as_str()),
+            "{name}: the operators' model saw the name {private}"
+        );
     }
     if doc_has_train_rollout(name) {
         assert!(
-            split.train.iter().any(|t| operator_text.contains(&canary(t))),
+            split
+                .train
+                .iter()
+                .any(|t| operator_text.contains(&canary(t))),
             "{name}: no train trial reached the operators' model (the check above could not fail)"
         );
     }
     run(&["verify", "ws"]).ok();
-    eprintln!("{name}: two generations in {:.1} s", started.elapsed().as_secs_f64());
+    eprintln!(
+        "{name}: two generations in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
 }
 
 fn doc_has_train_rollout(name: &str) -> bool {
