@@ -377,13 +377,14 @@ fn two_generations(name: &'static str) {
             "{name}: the operators' model saw the name {private}"
         );
     }
+    // The train feedback does reach it, naming the train tasks: the checks above can fail.
     if doc_has_train_rollout(name) {
         assert!(
             split
                 .train
                 .iter()
-                .any(|t| operator_text.contains(&canary(t))),
-            "{name}: no train trial reached the operators' model (the check above could not fail)"
+                .any(|t| operator_text.contains(&canary(t)) || operator_text.contains(t.as_str())),
+            "{name}: no train trial reached the operators' model"
         );
     }
     run(&["verify", "ws"]).ok();
