@@ -39,4 +39,5 @@ mod scripts;
 mod seed_demo;
 mod seed_terminal;
 mod selftest;
+mod terminal_recipes;
 mod viewer;

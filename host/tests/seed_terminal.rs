@@ -1,5 +1,7 @@
-//! The built-in `terminal` seed from the real binary: on the local engine the oracle
-//! scores 1 on every task and an agent that does nothing scores 0 on every task; and the
+//! The built-in `terminal` seed from the real binary: on the local engine and on the
+//! docker engine (the `evolve-terminal:1` image seeds/terminal/image/build-image.sh makes)
+//! the oracle scores 1 on every task and an agent that does nothing scores 0 on every
+//! task; and the
 //! seed's own Python agent, reaching a scripted chat server through the model gateway,
 //! solves a task (after a format error and a truncated output) and leaves its trajectory.
 
@@ -17,14 +19,14 @@ fn seed_tasks() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../seeds/terminal/tasks")
 }
 
-/// `evolve tasks run TASKS --agent AGENT --json` on the local engine: each trial's task
-/// and reward, after checking every trial was scored.
-fn rewards(agent: &str, out: &Path) -> Vec<(String, f64)> {
+/// `evolve tasks run TASKS --agent AGENT --json` on `engine`: each trial's task and
+/// reward, after checking every trial was scored.
+fn rewards(engine: &str, agent: &str, out: &Path) -> Vec<(String, f64)> {
     let ran = evolve(["tasks", "run"])
         .arg(seed_tasks())
         .args([
             "--engine",
-            "local",
+            engine,
             "--n-concurrent",
             "2",
             "--json",
@@ -48,6 +50,51 @@ fn rewards(agent: &str, out: &Path) -> Vec<(String, f64)> {
 
 #[test]
 fn the_oracle_scores_one_and_a_do_nothing_agent_zero_on_every_task() {
+    oracle_one_and_nothing_zero("local");
+}
+
+/// The same on the docker engine, in the image `.ci/run` builds from Debian's packages
+/// (the script is idempotent and cached, so running it here costs a second once built).
+#[test]
+fn on_the_docker_engine_the_oracle_scores_one_and_a_do_nothing_agent_zero() {
+    if !terminal_image() {
+        return;
+    }
+    oracle_one_and_nothing_zero("docker");
+}
+
+/// Docker and `evolve-terminal:1` (built now when missing), or `false` with the reason
+/// (a skip) outside CI; under CI=true either missing fails the test.
+fn terminal_image() -> bool {
+    let ci = super::ws::ci();
+    let up = std::process::Command::new("docker")
+        .arg("info")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !up {
+        assert!(
+            !ci,
+            "CI=true but `docker info` fails: the terminal seed's docker test is required in CI"
+        );
+        eprintln!("SKIP: Docker daemon not available");
+        return false;
+    }
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../seeds/terminal/image/build-image.sh");
+    let built = std::process::Command::new("bash")
+        .arg(&script)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+    if !built.status.success() {
+        let why = String::from_utf8_lossy(&built.stderr);
+        assert!(!ci, "CI=true but evolve-terminal:1 cannot be built: {why}");
+        eprintln!("SKIP: evolve-terminal:1 cannot be built: {why}");
+        return false;
+    }
+    true
+}
+
+fn oracle_one_and_nothing_zero(engine: &str) {
     let seed = builtin::seed("terminal").expect("the terminal seed is built in");
     assert!(!seed.summary.is_empty());
     let names = seed.task_names();
@@ -60,23 +107,26 @@ fn the_oracle_scores_one_and_a_do_nothing_agent_zero_on_every_task() {
     );
     let tmp = tempfile::tempdir().unwrap();
 
-    let oracle = rewards("oracle", &tmp.path().join("oracle"));
+    let oracle = rewards(engine, "oracle", &tmp.path().join("oracle"));
     let ran: Vec<&str> = oracle.iter().map(|(t, _)| t.as_str()).collect();
     let mut sorted = ran.clone();
     sorted.sort_unstable();
     assert_eq!(sorted, names, "every built-in task ran");
     for (task, reward) in &oracle {
-        assert_eq!(*reward, 1.0, "oracle on {task}");
+        assert_eq!(*reward, 1.0, "oracle on {task} ({engine} engine)");
     }
 
     // `tasks run` has no built-in nop agent: a command agent that exits at once.
     let nop = tmp.path().join("nop");
     std::fs::create_dir_all(&nop).unwrap();
     std::fs::write(nop.join("agent.toml"), "command = [\"true\"]\n").unwrap();
-    let nothing = rewards(nop.to_str().unwrap(), &tmp.path().join("nop-out"));
+    let nothing = rewards(engine, nop.to_str().unwrap(), &tmp.path().join("nop-out"));
     assert_eq!(nothing.len(), names.len());
     for (task, reward) in &nothing {
-        assert_eq!(*reward, 0.0, "an agent doing nothing on {task}");
+        assert_eq!(
+            *reward, 0.0,
+            "an agent doing nothing on {task} ({engine} engine)"
+        );
     }
 }
 
