@@ -37,6 +37,8 @@ mod sandbox_limits;
 mod sandbox_loading;
 mod scripts;
 mod seed_demo;
+mod seed_source;
 mod seed_terminal;
 mod selftest;
+mod third_party_agent;
 mod viewer;

@@ -29,5 +29,5 @@ mkdir -p "$(dirname "$venv")" "$cache"
   "mini-swe-agent==$version"
 # Readable and runnable by the unprivileged user the trials run as.
 chmod -R a+rX "$venv"
-"$venv/bin/python" -c 'import minisweagent, litellm' >/dev/null
-echo "mini-swe-agent-setup: installed $("$venv/bin/mini" --help >/dev/null 2>&1 && echo ok || echo '(mini --help failed)')"
+LITELLM_LOCAL_MODEL_COST_MAP=True "$venv/bin/python" -c "import minisweagent, litellm" >/dev/null
+echo "mini-swe-agent-setup: installed $(LITELLM_LOCAL_MODEL_COST_MAP=True MSWEA_CONFIGURED=true "$venv/bin/mini" --help >/dev/null 2>&1 && echo ok || echo '(mini --help failed)')"
