@@ -1286,6 +1286,8 @@ pub async fn check_new(sb: &Sandbox, shape: Checked, base: &Path) -> (Checked, S
     let sources = reading
         .join()
         .unwrap_or_else(|p| std::panic::resume_unwind(p));
+    // Everything a git source held is read into memory now: its clone can go.
+    source::forget_clones();
     let mut more = sources.violations.clone();
     if let Some(value) = checked.normalized.as_ref().or(checked.raw.as_ref()) {
         more.extend(check_surface_patterns(value));

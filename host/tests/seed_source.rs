@@ -84,12 +84,23 @@ fn assert_pinned(e: &Exp, url: &str, commit: &str) {
 fn init_by_url_at_rev_pins_the_commit_and_a_later_commit_changes_nothing() {
     let (e, commit) = seeded();
     let url = url(&e);
+    let scratch = e.root().join("scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
     let ran = e
         .evolve(&["init", "ws", "--recipe", "recipe.yaml", "--seed"])
         .arg(format!("{url}@v1"))
+        .env("TMPDIR", &scratch)
         .ok();
     assert!(ran.stdout().contains("ws"), "{}", ran.stdout());
     assert_pinned(&e, &url, &commit);
+    // The clone was removed once its files were read.
+    let left: Vec<_> = std::fs::read_dir(&scratch)
+        .unwrap()
+        .filter_map(|d| d.ok())
+        .filter(|d| d.file_name().to_string_lossy().starts_with("evolve-seed-"))
+        .map(|d| d.path())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
     let recipe: serde_yaml::Value = serde_yaml::from_str(&e.gen0_file("recipe.yaml")).unwrap();
     // The seed's own tasks replaced the recipe's `tasks` directory (now gone).
     assert_eq!(

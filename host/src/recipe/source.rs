@@ -75,10 +75,8 @@ impl Checkout {
 /// target and the task set of one seed share a clone. Errors name the URL and show
 /// git's last line.
 pub fn checkout(src: &GitSource) -> Result<Arc<Checkout>, String> {
-    static CLONES: OnceLock<Mutex<HashMap<(String, Option<String>), Arc<Checkout>>>> =
-        OnceLock::new();
     let key = (src.url.clone(), src.rev.clone());
-    let clones = CLONES.get_or_init(Mutex::default);
+    let clones = clones();
     if let Some(done) = clones.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
         return Ok(done.clone());
     }
@@ -88,6 +86,19 @@ pub fn checkout(src: &GitSource) -> Result<Arc<Checkout>, String> {
         .unwrap_or_else(|p| p.into_inner())
         .insert(key, made.clone());
     Ok(made)
+}
+
+type Clones = Mutex<HashMap<(String, Option<String>), Arc<Checkout>>>;
+
+fn clones() -> &'static Clones {
+    static CLONES: OnceLock<Clones> = OnceLock::new();
+    CLONES.get_or_init(Mutex::default)
+}
+
+/// Remove the clones made so far (once their files are read): a static is never dropped,
+/// so without this every clone would outlive the process in the temporary directory.
+pub fn forget_clones() {
+    clones().lock().unwrap_or_else(|p| p.into_inner()).clear();
 }
 
 fn git(dir: Option<&Path>) -> Command {
