@@ -975,10 +975,7 @@ pub const TASK_SET_NAME: &str = "tasks";
 
 /// The target's files, by their path under `target/`, and the commit a git target's
 /// revision resolved to.
-fn read_target(
-    target: &Target,
-    base: &Path,
-) -> Result<(Vec<FileRead>, Option<String>), Violation> {
+fn read_target(target: &Target, base: &Path) -> Result<(Vec<FileRead>, Option<String>), Violation> {
     if let Some(name) = &target.seed {
         let seed = builtin::seed(name).ok_or_else(|| {
             let known: Vec<&str> = builtin::SEEDS.iter().map(|s| s.name).collect();
@@ -994,7 +991,11 @@ fn read_target(
             url: url.clone(),
             rev: target.rev.clone(),
         };
-        let key = if target.rev.is_some() { "target.rev" } else { "target.git" };
+        let key = if target.rev.is_some() {
+            "target.rev"
+        } else {
+            "target.git"
+        };
         let co = source::checkout(&src).map_err(|e| Violation::new(key, e))?;
         let dir = source::git_target(&src, &co).map_err(|e| Violation::new("target.git", e))?;
         let files = read_user_tree(&dir, "target.git", "the seed's target directory")?;
@@ -1413,7 +1414,7 @@ evaluator: {dataset: d, engine: podman, splits: {train: 0.9}}
                 "- operators.rollout: is required (a recipe must bind select, rollout, mutate, gate and record)",
                 "- operators.select.config: must be an object",
                 "- surface.include: must have at least 1 item",
-                "- target: name exactly one of `seed` or `path`",
+                "- target: name exactly one of `seed`, `path` or `git`",
             ]
         );
     }
@@ -1440,7 +1441,7 @@ evaluator: {dataset: d, engine: podman, splits: {train: 0.9}}
             [
                 "- evaluator.splits: train, gate and sealed must add up to 1",
                 "- operators.record: is required (a recipe must bind select, rollout, mutate, gate and record)",
-                "- target: name exactly one of `seed` or `path`",
+                "- target: name exactly one of `seed`, `path` or `git`",
             ]
         );
     }

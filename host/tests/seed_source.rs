@@ -14,7 +14,12 @@ fn git(dir: &Path, args: &[&str]) -> String {
         .arg("-C")
         .arg(dir)
         .args(["-c", "user.name=t", "-c", "user.email=t@example.org"])
-        .args(["-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false"])
+        .args([
+            "-c",
+            "init.defaultBranch=main",
+            "-c",
+            "commit.gpgsign=false",
+        ])
         .args(args)
         .output()
         .expect("git runs");
@@ -151,7 +156,10 @@ fn a_recipe_target_git_rev_works_the_same_and_a_branch_resolves_to_its_commit() 
     e.run_ok(&["init", "ws2", "--recipe", "branch.yaml"]);
     let store = evolve_snapshot::Store::open(&e.root().join("ws2")).unwrap();
     let gen0 = store.tag_target("gen/0").unwrap().unwrap();
-    let text = store.read_blob(gen0, "recipe.yaml", 1 << 20).unwrap().unwrap();
+    let text = store
+        .read_blob(gen0, "recipe.yaml", 1 << 20)
+        .unwrap()
+        .unwrap();
     let recipe: serde_yaml::Value = serde_yaml::from_slice(&text).unwrap();
     assert_eq!(recipe["target"]["rev"].as_str(), Some(head.as_str()));
     let value = store
@@ -191,7 +199,10 @@ fn bad_revisions_unreachable_urls_non_seeds_and_links_out_fail_clearly() {
     refused(
         &e,
         &gone,
-        &[&format!("cannot clone {gone}:"), "does not appear to be a git repository"],
+        &[
+            &format!("cannot clone {gone}:"),
+            "does not appear to be a git repository",
+        ],
     );
 
     // A repository that is neither a seed nor a target.
@@ -209,7 +220,11 @@ fn bad_revisions_unreachable_urls_non_seeds_and_links_out_fail_clearly() {
     std::os::unix::fs::symlink("/etc/passwd", repo.join("target/passwd")).unwrap();
     git(&repo, &["add", "."]);
     git(&repo, &["commit", "--quiet", "-m", "a link out"]);
-    refused(&e, &url, &["target/passwd is a symlink", "copy regular files only"]);
+    refused(
+        &e,
+        &url,
+        &["target/passwd is a symlink", "copy regular files only"],
+    );
 }
 
 #[test]

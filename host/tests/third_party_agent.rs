@@ -148,7 +148,12 @@ fn reply(body: &Value, solutions: &[(String, String)], mutations: &Mutex<u32>) -
     }
 }
 
-fn serve(stream: TcpStream, log: &Mutex<Vec<Seen>>, solutions: &[(String, String)], n: &Mutex<u32>) {
+fn serve(
+    stream: TcpStream,
+    log: &Mutex<Vec<Seen>>,
+    solutions: &[(String, String)],
+    n: &Mutex<u32>,
+) {
     let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(30)));
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     loop {
@@ -293,7 +298,8 @@ fn mini_swe_agent_runs_unchanged_and_its_config_evolves_for_two_generations() {
     assert!(
         agent
             .iter()
-            .any(|b| text_of(&b["messages"][1]).starts_with("Solve this task in the current directory:")),
+            .any(|b| text_of(&b["messages"][1])
+                .starts_with("Solve this task in the current directory:")),
         "{agent:#?}"
     );
     assert!(

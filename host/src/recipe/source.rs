@@ -27,7 +27,14 @@ pub struct GitSource {
 /// Whether `s` names a git repository rather than a local path: a URL with a scheme git
 /// speaks, or scp-like `user@host:path`.
 pub fn is_git_url(s: &str) -> bool {
-    const SCHEMES: [&str; 6] = ["file://", "https://", "http://", "ssh://", "git://", "git+ssh://"];
+    const SCHEMES: [&str; 6] = [
+        "file://",
+        "https://",
+        "http://",
+        "ssh://",
+        "git://",
+        "git+ssh://",
+    ];
     if SCHEMES.iter().any(|p| s.starts_with(p)) {
         return true;
     }
@@ -121,7 +128,11 @@ fn git(dir: Option<&Path>) -> Command {
 /// non-empty line of stderr, else the exit status.
 fn last_line(out: &std::process::Output) -> String {
     let text = String::from_utf8_lossy(&out.stderr);
-    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
     lines
         .iter()
         .find(|l| l.starts_with("fatal:") || l.starts_with("error:"))
@@ -140,7 +151,12 @@ fn clone(src: &GitSource) -> Result<Checkout, String> {
         .arg(&src.url)
         .arg(dir.path())
         .output()
-        .map_err(|e| format!("cannot run `git` to clone {}: {e} (is git installed?)", src.url))?;
+        .map_err(|e| {
+            format!(
+                "cannot run `git` to clone {}: {e} (is git installed?)",
+                src.url
+            )
+        })?;
     if !out.status.success() {
         return Err(format!("cannot clone {}: {}", src.url, last_line(&out)));
     }
@@ -150,7 +166,12 @@ fn clone(src: &GitSource) -> Result<Checkout, String> {
         .args(["rev-parse", "--verify", "--quiet", "--end-of-options"])
         .arg(format!("{rev}^{{commit}}"))
         .output()
-        .map_err(|e| format!("cannot run `git rev-parse` in the clone of {}: {e}", src.url))?;
+        .map_err(|e| {
+            format!(
+                "cannot run `git rev-parse` in the clone of {}: {e}",
+                src.url
+            )
+        })?;
     if !out.status.success() {
         return Err(format!(
             "{} has no revision `{rev}` (a branch, tag or commit of the repository was expected)",
@@ -159,7 +180,13 @@ fn clone(src: &GitSource) -> Result<Checkout, String> {
     }
     let commit = String::from_utf8_lossy(&out.stdout).trim().to_string();
     let out = git(Some(dir.path()))
-        .args(["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach"])
+        .args([
+            "-c",
+            "advice.detachedHead=false",
+            "checkout",
+            "--quiet",
+            "--detach",
+        ])
         .arg(&commit)
         .output()
         .map_err(|e| format!("cannot run `git checkout` in the clone of {}: {e}", src.url))?;

@@ -128,7 +128,9 @@ pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
         t.insert("rev".into(), json!(commit));
     }
     if let Some(pinned) = &sources.dataset_pinned
-        && let Some(e) = normalized.get_mut("evaluator").and_then(Value::as_object_mut)
+        && let Some(e) = normalized
+            .get_mut("evaluator")
+            .and_then(Value::as_object_mut)
     {
         e.insert("dataset".into(), json!(pinned));
     }
@@ -412,7 +414,12 @@ fn apply_overrides(req: &InitRequest, recipe: &mut Value) {
         } else {
             let dir = recipe::resolve(&req.recipe_base, seed);
             if recipe::source::seed_layout(&dir).is_some_and(|l| l.tasks.is_some()) {
-                seed_tasks = Some(std::path::absolute(&dir).unwrap_or(dir).to_string_lossy().into_owned());
+                seed_tasks = Some(
+                    std::path::absolute(&dir)
+                        .unwrap_or(dir)
+                        .to_string_lossy()
+                        .into_owned(),
+                );
             }
             json!({ "path": seed })
         };
