@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub mod protocol;
+pub mod source;
 
 /// A recipe shipped with evolve (`recipes/*.yaml`, embedded in the binary).
 #[derive(Debug, Clone, Copy)]
@@ -112,6 +113,13 @@ pub struct Experiment {
 pub struct Target {
     pub seed: Option<String>,
     pub path: Option<String>,
+    /// A git repository (`target: {git: URL, rev: REV}`), cloned at init.
+    #[serde(default)]
+    pub git: Option<String>,
+    /// The revision of `git` (a branch, tag or commit; default `HEAD`); the normalized
+    /// recipe in gen/0 holds the commit it resolved to.
+    #[serde(default)]
+    pub rev: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -289,7 +297,15 @@ pub fn schema() -> Schema {
                     .field("seed", string().description("A built-in seed target"))
                     .field(
                         "path",
-                        string().description("A directory holding the target"),
+                        string().description("A directory holding the target, or a seed (seed.toml, target/, tasks/)"),
+                    )
+                    .field(
+                        "git",
+                        string().description("A git repository URL holding a seed (or a target at its root), cloned at init"),
+                    )
+                    .field(
+                        "rev",
+                        string().description("The revision of `git` (branch, tag or commit; default HEAD), pinned to its commit at init"),
                     ),
             )
             .required(),
@@ -438,10 +454,16 @@ fn cross_checks(recipe: &Map<String, Value>) -> Result<(), Vec<Violation>> {
     let mut found = Vec::new();
     let target = recipe.get("target").and_then(Value::as_object);
     let has = |k: &str| target.is_some_and(|t| t.contains_key(k));
-    if has("seed") == has("path") {
+    if ["seed", "path", "git"].iter().filter(|k| has(k)).count() != 1 {
         found.push(Violation::new(
             "target",
-            "name exactly one of `seed` or `path`",
+            "name exactly one of `seed`, `path` or `git`",
+        ));
+    }
+    if has("rev") && !has("git") {
+        found.push(Violation::new(
+            "target.rev",
+            "is the revision of a `git` target; name `git` too, or leave `rev` out",
         ));
     }
     let operators = recipe.get("operators").and_then(Value::as_object);
@@ -873,10 +895,18 @@ impl Checked {
         let target = value.get("target").map(|t| Target {
             seed: text(t, "seed"),
             path: text(t, "path"),
+            git: text(t, "git"),
+            rev: text(t, "rev"),
         });
         let evaluator = value.get("evaluator").unwrap_or(&Value::Null);
         Named {
-            target: target.filter(|t| t.seed.is_some() != t.path.is_some()),
+            target: target.filter(|t| {
+                [&t.seed, &t.path, &t.git]
+                    .iter()
+                    .filter(|k| k.is_some())
+                    .count()
+                    == 1
+            }),
             dataset: text(evaluator, "dataset"),
             engine: text(evaluator, "engine")
                 .and_then(|e| <EngineKind as clap::ValueEnum>::from_str(&e, false).ok())
@@ -893,6 +923,10 @@ pub struct Sources {
     pub target: Option<Vec<FileRead>>,
     /// Where the task set came from (`builtin:NAME` or its directory) and its files.
     pub tasks: Option<(PathBuf, Vec<FileRead>)>,
+    /// The commit a `target.git` revision resolved to (gen/0 records it as `target.rev`).
+    pub target_commit: Option<String>,
+    /// A git dataset as pinned: `URL@COMMIT` (gen/0 records it as `evaluator.dataset`).
+    pub dataset_pinned: Option<String>,
     pub violations: Vec<Violation>,
 }
 
@@ -902,12 +936,16 @@ pub struct Sources {
 pub fn read_sources(named: &Named, base: &Path) -> Sources {
     let mut out = Sources::default();
     match named.target.as_ref().map(|t| read_target(t, base)) {
-        Some(Ok(files)) => out.target = Some(files),
+        Some(Ok((files, commit))) => {
+            out.target = Some(files);
+            out.target_commit = commit;
+        }
         Some(Err(v)) => out.violations.push(v),
         None => {}
     }
     match named.dataset.as_ref().map(|d| read_tasks(d, base)) {
-        Some(Ok((origin, files))) => {
+        Some(Ok((origin, files, pinned))) => {
+            out.dataset_pinned = pinned;
             let set = TaskFiles {
                 dir: origin.clone(),
                 name: TASK_SET_NAME,
@@ -935,8 +973,9 @@ pub fn read_sources(named: &Named, base: &Path) -> Sources {
 /// The name of the task set's directory in a workspace (`evaluator/tasks`).
 pub const TASK_SET_NAME: &str = "tasks";
 
-/// The target's files, by their path under `target/`.
-fn read_target(target: &Target, base: &Path) -> Result<Vec<FileRead>, Violation> {
+/// The target's files, by their path under `target/`, and the commit a git target's
+/// revision resolved to.
+fn read_target(target: &Target, base: &Path) -> Result<(Vec<FileRead>, Option<String>), Violation> {
     if let Some(name) = &target.seed {
         let seed = builtin::seed(name).ok_or_else(|| {
             let known: Vec<&str> = builtin::SEEDS.iter().map(|s| s.name).collect();
@@ -945,26 +984,59 @@ fn read_target(target: &Target, base: &Path) -> Result<Vec<FileRead>, Violation>
                 format!("no built-in seed `{name}`; built-in: {}", known.join(", ")),
             )
         })?;
-        return Ok(builtin_files(seed.target));
+        return Ok((builtin_files(seed.target), None));
     }
-    let path = target.path.as_deref().unwrap_or_default();
-    read_user_tree(
-        &resolve(base, path),
-        "target.path",
-        "a directory holding the target",
-    )
+    if let Some(url) = &target.git {
+        let src = source::GitSource {
+            url: url.clone(),
+            rev: target.rev.clone(),
+        };
+        let key = if target.rev.is_some() {
+            "target.rev"
+        } else {
+            "target.git"
+        };
+        let co = source::checkout(&src).map_err(|e| Violation::new(key, e))?;
+        let dir = source::git_target(&src, &co).map_err(|e| Violation::new("target.git", e))?;
+        let files = read_user_tree(&dir, "target.git", "the seed's target directory")?;
+        return Ok((files, Some(co.commit.clone())));
+    }
+    let path = resolve(base, target.path.as_deref().unwrap_or_default());
+    // A seed (seed.toml, target/, tasks/): its target/.
+    let dir = source::seed_layout(&path).map_or(path, |l| l.target);
+    let files = read_user_tree(&dir, "target.path", "a directory holding the target")?;
+    Ok((files, None))
 }
 
-/// The task set `evaluator.dataset` names (a built-in one, else a directory), with
-/// where it came from.
-fn read_tasks(dataset: &str, base: &Path) -> Result<(PathBuf, Vec<FileRead>), Violation> {
+/// A task set read: where it came from, its files, and a git dataset as pinned
+/// (`URL@COMMIT`).
+type TasksRead = (PathBuf, Vec<FileRead>, Option<String>);
+
+/// The task set `evaluator.dataset` names (a built-in one, a git seed's `tasks/`, else a
+/// directory or a seed's `tasks/`), with where it came from.
+fn read_tasks(dataset: &str, base: &Path) -> Result<TasksRead, Violation> {
+    if source::is_git_url(dataset) {
+        let src = source::parse_git(dataset);
+        let problem = |e| Violation::new("evaluator.dataset", e);
+        let co = source::checkout(&src).map_err(problem)?;
+        let dir = source::git_tasks(&src, &co).map_err(problem)?;
+        let files = read_user_tree(&dir, "evaluator.dataset", "the seed's tasks directory")?;
+        let pinned = format!("{}@{}", src.url, co.commit);
+        return Ok((PathBuf::from(format!("git:{pinned}")), files, Some(pinned)));
+    }
     match builtin::seed(dataset) {
         Some(seed) if !seed.tasks.is_empty() => Ok((
             PathBuf::from(format!("builtin:{dataset}")),
             builtin_files(seed.tasks),
+            None,
         )),
         _ => {
             let dir = resolve(base, dataset);
+            // A seed directory: its tasks/.
+            let dir = match source::seed_layout(&dir) {
+                Some(source::Layout { tasks: Some(t), .. }) => t,
+                _ => dir,
+            };
             let dir = std::path::absolute(&dir).unwrap_or(dir);
             let known: Vec<&str> = builtin::SEEDS
                 .iter()
@@ -976,7 +1048,7 @@ fn read_tasks(dataset: &str, base: &Path) -> Result<(PathBuf, Vec<FileRead>), Vi
                 known.join(", ")
             );
             let tasks = read_user_tree(&dir, "evaluator.dataset", &what)?;
-            Ok((dir, tasks))
+            Ok((dir, tasks, None))
         }
     }
 }
@@ -1215,6 +1287,8 @@ pub async fn check_new(sb: &Sandbox, shape: Checked, base: &Path) -> (Checked, S
     let sources = reading
         .join()
         .unwrap_or_else(|p| std::panic::resume_unwind(p));
+    // Everything a git source held is read into memory now: its clone can go.
+    source::forget_clones();
     let mut more = sources.violations.clone();
     if let Some(value) = checked.normalized.as_ref().or(checked.raw.as_ref()) {
         more.extend(check_surface_patterns(value));
@@ -1340,7 +1414,7 @@ evaluator: {dataset: d, engine: podman, splits: {train: 0.9}}
                 "- operators.rollout: is required (a recipe must bind select, rollout, mutate, gate and record)",
                 "- operators.select.config: must be an object",
                 "- surface.include: must have at least 1 item",
-                "- target: name exactly one of `seed` or `path`",
+                "- target: name exactly one of `seed`, `path` or `git`",
             ]
         );
     }
@@ -1367,7 +1441,7 @@ evaluator: {dataset: d, engine: podman, splits: {train: 0.9}}
             [
                 "- evaluator.splits: train, gate and sealed must add up to 1",
                 "- operators.record: is required (a recipe must bind select, rollout, mutate, gate and record)",
-                "- target: name exactly one of `seed` or `path`",
+                "- target: name exactly one of `seed`, `path` or `git`",
             ]
         );
     }

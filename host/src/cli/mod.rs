@@ -63,7 +63,7 @@ enum Command {
     Demo(workspace::DemoArgs),
     /// Create a workspace from a recipe: target, frozen operators and evaluator, keys; tags gen/0.
     #[command(
-        after_help = "Examples:\n  evolve init ws --recipe recipes/local_demo.yaml\n  evolve init ws --recipe hill_climb --seed ./my_agent --tasks ./my_tasks"
+        after_help = "Examples:\n  evolve init ws --recipe recipes/local_demo.yaml\n  evolve init ws --recipe hill_climb --seed ./my_agent --tasks ./my_tasks\n  evolve init ws --recipe gepa --seed https://example.org/team/seed.git@v1"
     )]
     Init(workspace::InitArgs),
     /// Run (or resume) the evolution in a workspace.

@@ -112,8 +112,10 @@ pub struct InitArgs {
     /// A recipe file, or the name of a built-in recipe (`evolve recipe list`).
     #[arg(long)]
     pub recipe: String,
-    /// Replace the recipe's target: a built-in seed name or a directory.
-    #[arg(long)]
+    /// Replace the recipe's target: a built-in seed name, a directory (a target, or a
+    /// seed: seed.toml, target/, tasks/), or GIT_URL[@REV], cloned now and pinned to its
+    /// commit. A seed's tasks/ also replace the task set, unless --tasks is given.
+    #[arg(long, value_name = "NAME|PATH|GIT_URL[@REV]")]
     pub seed: Option<String>,
     /// Replace the recipe's task set: a built-in task set name or a directory of Harbor tasks.
     #[arg(long)]

@@ -41,7 +41,9 @@ pub struct InitRequest {
     /// The recipe's text and the directory its relative paths are taken from.
     pub recipe_text: String,
     pub recipe_base: PathBuf,
-    /// Overrides `target` (a built-in seed name or a directory).
+    /// Overrides `target`: a built-in seed name, a directory (a target, or a seed with
+    /// `seed.toml`, `target/` and `tasks/`), or `GIT_URL[@REV]`. A seed's `tasks/`, when it
+    /// has them, also override `evaluator.dataset` unless `tasks` is given.
     pub seed: Option<String>,
     /// Overrides `evaluator.dataset` (a built-in task set name or a directory).
     pub tasks: Option<String>,
@@ -93,7 +95,7 @@ pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
     // Everything `recipe check` checks, the target and the task set read meanwhile; every
     // problem is reported before anything is created.
     let (checked, sources) = recipe::check_new(sb, shape, &req.recipe_base).await;
-    let (Some(recipe), Some(normalized), Some(target), Some(tasks)) = (
+    let (Some(recipe), Some(mut normalized), Some(target), Some(tasks)) = (
         checked.recipe,
         checked.normalized,
         sources.target,
@@ -118,6 +120,20 @@ pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
             .details(lines)
             .hint("`evolve recipe check RECIPE` lists the same problems"));
     };
+    // A git source is pinned: gen/0's recipe names the commit its revision resolved to,
+    // so the experiment says exactly what it started from (the files are frozen below).
+    if let Some(commit) = &sources.target_commit
+        && let Some(t) = normalized.get_mut("target").and_then(Value::as_object_mut)
+    {
+        t.insert("rev".into(), json!(commit));
+    }
+    if let Some(pinned) = &sources.dataset_pinned
+        && let Some(e) = normalized
+            .get_mut("evaluator")
+            .and_then(Value::as_object_mut)
+    {
+        e.insert("dataset".into(), json!(pinned));
+    }
     // Everything generation 0 holds is read and checked before the destination is touched.
     let mut files = Gen0::default();
     for f in target {
@@ -376,15 +392,40 @@ fn apply_overrides(req: &InitRequest, recipe: &mut Value) {
     let Some(recipe) = recipe.as_object_mut() else {
         return; // not a mapping: the shape check says so
     };
+    // The seed's own task set, when `--seed` names a seed that has one and `--tasks` is
+    // not given: `GIT_URL@REV` (the clone is shared with the target's) or its directory.
+    let mut seed_tasks = None;
     if let Some(seed) = &req.seed {
-        let key = if builtin::seed(seed).is_some() {
-            "seed"
+        let target = if builtin::seed(seed).is_some() {
+            json!({ "seed": seed })
+        } else if recipe::source::is_git_url(seed) {
+            let src = recipe::source::parse_git(seed);
+            // A clone that fails here fails again when the target is read, which reports
+            // it; then no task set is taken from it.
+            if let Ok(co) = recipe::source::checkout(&src)
+                && recipe::source::git_tasks(&src, &co).is_ok()
+            {
+                seed_tasks = Some(seed.clone());
+            }
+            match &src.rev {
+                Some(rev) => json!({ "git": src.url, "rev": rev }),
+                None => json!({ "git": src.url }),
+            }
         } else {
-            "path"
+            let dir = recipe::resolve(&req.recipe_base, seed);
+            if recipe::source::seed_layout(&dir).is_some_and(|l| l.tasks.is_some()) {
+                seed_tasks = Some(
+                    std::path::absolute(&dir)
+                        .unwrap_or(dir)
+                        .to_string_lossy()
+                        .into_owned(),
+                );
+            }
+            json!({ "path": seed })
         };
-        recipe.insert("target".into(), json!({ key: seed }));
+        recipe.insert("target".into(), target);
     }
-    if let Some(tasks) = &req.tasks {
+    if let Some(tasks) = req.tasks.as_ref().or(seed_tasks.as_ref()) {
         match recipe.get_mut("evaluator").and_then(Value::as_object_mut) {
             Some(evaluator) => {
                 evaluator.insert("dataset".into(), json!(tasks));
