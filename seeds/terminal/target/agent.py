@@ -10,7 +10,7 @@ v1.4 trajectory at $EVOLVE_AGENT_LOGS_DIR/trajectory.json (default /logs/agent).
 
 What it does is read from files beside it, each open to mutation on its own:
 prompts/system.md, prompts/instance.md ({{instruction}} marks where the task goes),
-skills/*.md (appended to the system prompt in name order) and agent.yaml (settings).
+skills/*.md and skills/*/SKILL.md (appended to the system prompt in name order) and agent.yaml (settings).
 
 Python 3 standard library only.
 """
@@ -117,13 +117,17 @@ def read_text(path):
 
 
 def system_prompt(agent_dir):
-    """prompts/system.md, then every skills/*.md in name order."""
+    """prompts/system.md, then the skills in name order: skills/<name>.md, or
+    skills/<name>/SKILL.md (the layout A-Evolve's mutator writes)."""
     parts = [read_text(os.path.join(agent_dir, "prompts", "system.md")).strip()]
     skills = os.path.join(agent_dir, "skills")
     if os.path.isdir(skills):
         for name in sorted(os.listdir(skills)):
-            if name.endswith(".md"):
-                parts.append(read_text(os.path.join(skills, name)).strip())
+            path = os.path.join(skills, name)
+            if name.endswith(".md") and os.path.isfile(path):
+                parts.append(read_text(path).strip())
+            elif os.path.isfile(os.path.join(path, "SKILL.md")):
+                parts.append(read_text(os.path.join(path, "SKILL.md")).strip())
     return "\n\n".join(p for p in parts if p) + "\n"
 
 
