@@ -54,6 +54,7 @@ pub fn parse(block: &Value) -> Result<HarborOptions, Vec<Violation>> {
         )]);
     };
     let mut found = Vec::new();
+    let mut unknown = Vec::new();
     let mut bad = |field: &str, expected: &str| {
         found.push(Violation::new(
             at(field),
@@ -106,17 +107,22 @@ pub fn parse(block: &Value) -> Result<HarborOptions, Vec<Violation>> {
             },
             "extra_args" => match value
                 .as_array()
-                .and_then(|a| a.iter().map(|v| v.as_str().map(String::from)).collect())
+                .and_then(|a| {
+                    a.iter()
+                        .map(|v| v.as_str().map(String::from))
+                        .collect::<Option<Vec<String>>>()
+                })
             {
                 Some(args) => o.extra_args = args,
                 None => bad(key, "a list of strings"),
             },
-            _ => found.push(Violation::new(
+            _ => unknown.push(Violation::new(
                 at(key),
                 format!("unknown key; evaluator.harbor may hold: {}", allowed_keys()),
             )),
         }
     }
+    found.extend(unknown);
     // What is well-typed is then checked as Harbor will take it; a field already
     // reported for its type is not reported twice.
     for p in o.problems() {
@@ -302,7 +308,8 @@ fn last_line(bytes: &[u8]) -> Option<String> {
     let line = clean
         .split(['\n', '\r'])
         .map(str::trim)
-        .rfind(|l| l.chars().any(char::is_alphanumeric))?;
+        .filter(|l| l.chars().any(char::is_alphanumeric))
+        .last()?;
     let line = line.find("Error:").map_or(line, |i| &line[i..]);
     let mut shown: String = line
         .chars()
