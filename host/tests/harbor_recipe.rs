@@ -21,7 +21,11 @@ fn experiment(engine: &str, extra: &str) -> Exp {
     let recipe = std::fs::read_to_string(&path)
         .unwrap()
         .replacen("engine: local", &format!("engine: {engine}"), 1)
-        .replacen("n_concurrent: 1}", &format!("n_concurrent: 1, {extra}}}"), 1);
+        .replacen(
+            "n_concurrent: 1}",
+            &format!("n_concurrent: 1, {extra}}}"),
+            1,
+        );
     assert!(recipe.contains(extra), "{recipe}");
     std::fs::write(&path, recipe).unwrap();
     e
@@ -29,7 +33,9 @@ fn experiment(engine: &str, extra: &str) -> Exp {
 
 /// `recipe check --json`'s violations as (path, message).
 fn violations(e: &Exp) -> Vec<(String, String)> {
-    let ran = e.evolve(&["recipe", "check", "recipe.yaml", "--json"]).run();
+    let ran = e
+        .evolve(&["recipe", "check", "recipe.yaml", "--json"])
+        .run();
     assert!(!ran.stdout().contains(SECRET), "{}", ran.stdout());
     let out = ran.json();
     assert_eq!(out["valid"], false, "{out}");
@@ -97,7 +103,11 @@ fn every_bad_field_is_a_violation_naming_its_flag_and_never_its_value() {
     );
     // The text form says the same, and quotes no value either.
     let ran = e.evolve(&["recipe", "check", "recipe.yaml"]).code(1);
-    assert!(ran.stderr().contains("evaluator.harbor.n_concurrent"), "{}", ran.stderr());
+    assert!(
+        ran.stderr().contains("evaluator.harbor.n_concurrent"),
+        "{}",
+        ran.stderr()
+    );
     assert!(!ran.stderr().contains(SECRET), "{}", ran.stderr());
 }
 
@@ -122,7 +132,10 @@ fn the_block_is_refused_unless_the_engine_is_harbor() {
 #[test]
 fn a_cloud_environment_with_a_gateway_model_and_no_agent_env_is_refused() {
     let model = "model: {endpoint: \"http://127.0.0.1:9/v1\", model: m, api_key_env: EVOLVE_TEST_HARBOR_KEY}";
-    let e = experiment("harbor", &format!("harbor: {{environment: daytona}}, {model}"));
+    let e = experiment(
+        "harbor",
+        &format!("harbor: {{environment: daytona}}, {model}"),
+    );
     let found = violations(&e);
     let m = message(&found, "evaluator.harbor.environment");
     assert!(
@@ -132,7 +145,11 @@ fn a_cloud_environment_with_a_gateway_model_and_no_agent_env_is_refused() {
     // Refused by init too, before anything is made.
     let ran = e.evolve(&["init", "ws", "--recipe", "recipe.yaml"]).run();
     assert_ne!(ran.output.status.code(), Some(0));
-    assert!(ran.stderr().contains("evaluator.agent_env"), "{}", ran.stderr());
+    assert!(
+        ran.stderr().contains("evaluator.agent_env"),
+        "{}",
+        ran.stderr()
+    );
     assert!(!e.ws.join(".git").exists());
 }
 
@@ -170,7 +187,10 @@ fn the_block_is_frozen_with_its_defaults_and_a_changed_one_is_refused() {
     let said = dry.stdout();
     assert!(said.contains("model path: agent_env"), "{said}");
     assert!(said.contains("environment (-e/--env): modal"), "{said}");
-    assert!(said.contains("agent_kwargs (--ak/--agent-kwarg): keys on, temperature, token"), "{said}");
+    assert!(
+        said.contains("agent_kwargs (--ak/--agent-kwarg): keys on, temperature, token"),
+        "{said}"
+    );
     assert!(!said.contains(SECRET), "{said}");
     let dry = e.evolve(&["run", "ws", "--dry-run", "--json"]).run().json();
     assert_eq!(dry["harbor"]["model_path"], "agent_env", "{dry}");
@@ -222,27 +242,45 @@ fn rewrite_gen0_recipe(ws: &Path, from: &str, to: &str) {
         let mut cmd = Command::new("git");
         cmd.arg("-C").arg(ws).args(args);
         cmd.env("GIT_INDEX_FILE", ws.join(".git/evolve-test-index"));
-        cmd.env("GIT_AUTHOR_NAME", "t").env("GIT_AUTHOR_EMAIL", "t@t");
-        cmd.env("GIT_COMMITTER_NAME", "t").env("GIT_COMMITTER_EMAIL", "t@t");
+        cmd.env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@t");
+        cmd.env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@t");
         let out = if let Some(text) = input {
             use std::io::Write;
             cmd.stdin(std::process::Stdio::piped())
                 .stdout(std::process::Stdio::piped());
             let mut child = cmd.spawn().unwrap();
-            child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(text.as_bytes())
+                .unwrap();
             child.wait_with_output().unwrap()
         } else {
             cmd.output().unwrap()
         };
-        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap().trim().to_string()
     };
     let recipe = git(&["show", "gen/0:recipe.yaml"], None);
     assert!(recipe.contains(from), "{recipe}");
-    let blob = git(&["hash-object", "-w", "--stdin"], Some(&(recipe.replace(from, to) + "\n")));
+    let blob = git(
+        &["hash-object", "-w", "--stdin"],
+        Some(&(recipe.replace(from, to) + "\n")),
+    );
     git(&["read-tree", "gen/0"], None);
     git(
-        &["update-index", "--cacheinfo", &format!("100644,{blob},recipe.yaml")],
+        &[
+            "update-index",
+            "--cacheinfo",
+            &format!("100644,{blob},recipe.yaml"),
+        ],
         None,
     );
     let tree = git(&["write-tree"], None);
@@ -265,18 +303,25 @@ fn a_registry_dataset_offline_fails_at_init_naming_it_and_how_to_use_a_local_cop
     let Some(_) = harbor() else { return };
     let e = experiment("harbor", "repetitions: 1");
     let path = e.root().join("recipe.yaml");
-    let recipe = std::fs::read_to_string(&path)
-        .unwrap()
-        .replacen("dataset: tasks", "dataset: terminal-bench@2.0", 1);
+    let recipe = std::fs::read_to_string(&path).unwrap().replacen(
+        "dataset: tasks",
+        "dataset: terminal-bench@2.0",
+        1,
+    );
     std::fs::write(&path, recipe).unwrap();
     // The check does not download; it says init will.
     let check = e.evolve(&["recipe", "check", "recipe.yaml"]).ok();
     assert!(
-        check.stdout().contains("`evolve init` fetches it with `harbor download`"),
+        check
+            .stdout()
+            .contains("`evolve init` fetches it with `harbor download`"),
         "{}",
         check.stdout()
     );
-    let json = e.evolve(&["recipe", "check", "recipe.yaml", "--json"]).ok().json();
+    let json = e
+        .evolve(&["recipe", "check", "recipe.yaml", "--json"])
+        .ok()
+        .json();
     assert_eq!(json["dataset_fetched_at_init"], "terminal-bench@2.0");
     // This machine has no network: harbor's own error, and the way out.
     let ran = e
@@ -322,7 +367,7 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 fn task_set(e: &Exp) -> Value {
-    serde_json::from_str(&e.gen0_file("evaluator/task_set.json")).unwrap()
+    serde_json::from_str(&e.gen0_file("evaluator/task-set.json")).unwrap()
 }
 
 #[test]
@@ -332,15 +377,19 @@ fn an_exported_layout_given_as_a_directory_is_the_same_task_set() {
     let e = experiment("harbor", "repetitions: 1");
     export_layout(&e, &e.root().join("exported"), "mini");
     let path = e.root().join("recipe.yaml");
-    let recipe = std::fs::read_to_string(&path)
-        .unwrap()
-        .replacen("dataset: tasks", "dataset: exported", 1);
+    let recipe =
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .replacen("dataset: tasks", "dataset: exported", 1);
     std::fs::write(&path, recipe).unwrap();
     e.init();
     let (a, b) = (task_set(&plain), task_set(&e));
     assert_eq!(a["task_digests"], b["task_digests"]);
     assert_eq!(a["task_set_digest"], b["task_set_digest"]);
-    assert!(!e.gen0_file(&format!("evaluator/tasks/{CANARY}-0/task.toml")).is_empty());
+    assert!(
+        !e.gen0_file(&format!("evaluator/tasks/{CANARY}-0/task.toml"))
+            .is_empty()
+    );
 }
 
 #[test]
@@ -364,7 +413,11 @@ fn a_registry_dataset_is_fetched_at_init_through_a_local_registry_backed_by_git(
             .env("GIT_COMMITTER_EMAIL", "t@t")
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap().trim().to_string()
     };
     git(&["init", "-q"]);
@@ -388,9 +441,10 @@ fn a_registry_dataset_is_fetched_at_init_through_a_local_registry_backed_by_git(
     }]);
     std::fs::write(&registry, entry.to_string()).unwrap();
     let path = e.root().join("recipe.yaml");
-    let recipe = std::fs::read_to_string(&path)
-        .unwrap()
-        .replacen("dataset: tasks", "dataset: mini@1.0", 1);
+    let recipe =
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .replacen("dataset: tasks", "dataset: mini@1.0", 1);
     std::fs::write(&path, recipe).unwrap();
     e.evolve(&["init", "ws", "--recipe", "recipe.yaml"])
         .env("EVOLVE_HARBOR_REGISTRY", &registry)

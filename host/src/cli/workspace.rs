@@ -115,7 +115,8 @@ pub struct InitArgs {
     /// Replace the recipe's target: a built-in seed name or a directory.
     #[arg(long)]
     pub seed: Option<String>,
-    /// Replace the recipe's task set: a built-in task set name or a directory of Harbor tasks.
+    /// Replace the recipe's task set: a built-in task set name, a directory of Harbor tasks, or
+    /// a Harbor registry dataset (NAME@VERSION, org/name@ref), fetched with `harbor download`.
     #[arg(long)]
     pub tasks: Option<String>,
     /// Print the result as JSON on stdout.
@@ -592,14 +593,18 @@ fn print_harbor(h: &crate::workspace::harbor::HarborContract) {
         ("environment", o.environment.clone()),
         ("n_concurrent", o.n_concurrent.map(|n| n.to_string())),
         ("max_retries", o.max_retries.map(|n| n.to_string())),
-        ("timeout_multiplier", o.timeout_multiplier.map(|m| m.to_string())),
+        (
+            "timeout_multiplier",
+            o.timeout_multiplier.map(|m| m.to_string()),
+        ),
         (
             "agent_setup_timeout_multiplier",
             o.agent_setup_timeout_multiplier.map(|m| m.to_string()),
         ),
         (
             "environment_build_timeout_multiplier",
-            o.environment_build_timeout_multiplier.map(|m| m.to_string()),
+            o.environment_build_timeout_multiplier
+                .map(|m| m.to_string()),
         ),
         ("model", o.model.clone()),
         (

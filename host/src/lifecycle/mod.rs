@@ -296,14 +296,16 @@ pub async fn make_engine(
             RunError::new(format!("the docker engine is unavailable: {e}"))
                 .hint("start the Docker daemon, or use evaluator.engine: local")
         })?),
-        "harbor" => Arc::new(HarborEngine::discover(harbor_options(config, recipe)?).map_err(|e| {
-            let install = e
-                .hint
-                .clone()
-                .unwrap_or_else(|| "install the harbor CLI (`pip install harbor`)".to_string());
-            RunError::new(format!("the harbor engine is unavailable: {e}"))
-                .hint(format!("{install}; or use evaluator.engine: local"))
-        })?),
+        "harbor" => Arc::new(
+            HarborEngine::discover(harbor_options(config, recipe)?).map_err(|e| {
+                let install = e
+                    .hint
+                    .clone()
+                    .unwrap_or_else(|| "install the harbor CLI (`pip install harbor`)".to_string());
+                RunError::new(format!("the harbor engine is unavailable: {e}"))
+                    .hint(format!("{install}; or use evaluator.engine: local"))
+            })?,
+        ),
         other => {
             return Err(RunError::new(format!(
                 "unknown evaluation engine `{other}`"

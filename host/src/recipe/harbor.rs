@@ -105,14 +105,11 @@ pub fn parse(block: &Value) -> Result<HarborOptions, Vec<Violation>> {
                     &format!("a number greater than 0 and at most {MAX_MULTIPLIER}"),
                 ),
             },
-            "extra_args" => match value
-                .as_array()
-                .and_then(|a| {
-                    a.iter()
-                        .map(|v| v.as_str().map(String::from))
-                        .collect::<Option<Vec<String>>>()
-                })
-            {
+            "extra_args" => match value.as_array().and_then(|a| {
+                a.iter()
+                    .map(|v| v.as_str().map(String::from))
+                    .collect::<Option<Vec<String>>>()
+            }) {
                 Some(args) => o.extra_args = args,
                 None => bad(key, "a list of strings"),
             },
@@ -311,11 +308,7 @@ fn last_line(bytes: &[u8]) -> Option<String> {
         .filter(|l| l.chars().any(char::is_alphanumeric))
         .last()?;
     let line = line.find("Error:").map_or(line, |i| &line[i..]);
-    let mut shown: String = line
-        .chars()
-        .filter(|c| !c.is_control())
-        .take(400)
-        .collect();
+    let mut shown: String = line.chars().filter(|c| !c.is_control()).take(400).collect();
     if line.chars().count() > 400 {
         shown.push('…');
     }
@@ -372,10 +365,7 @@ mod tests {
     #[test]
     fn the_last_line_skips_escapes_and_progress() {
         let out = b"Downloading\n\x1b[2K\xe2\xa0\x8b 0/? Downloading tasks... \xe2\x94\x81 0:00:00  Error: Dataset 'x' not found\n\n";
-        assert_eq!(
-            last_line(out).unwrap(),
-            "Error: Dataset 'x' not found"
-        );
+        assert_eq!(last_line(out).unwrap(), "Error: Dataset 'x' not found");
         assert_eq!(last_line(b"  \n"), None);
     }
 }

@@ -99,10 +99,7 @@ impl EngineConfig {
                     .filter(|f| fa.get(f) != fb.get(f))
                     .collect();
                 fields.dedup();
-                format!(
-                    "evaluator.harbor.{}",
-                    fields.join(", evaluator.harbor.")
-                )
+                format!("evaluator.harbor.{}", fields.join(", evaluator.harbor."))
             }
             _ => "whether the harbor engine is used".to_string(),
         };

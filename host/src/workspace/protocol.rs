@@ -94,9 +94,7 @@ impl EngineConfig {
             .map(|c| c.policy());
         // Likewise the harbor block (`recipe::harbor`); `init` checks it again
         // (`EngineConfig::check_harbor`) before freezing.
-        self.harbor = super::harbor::HarborContract::from_recipe(r)
-            .ok()
-            .flatten();
+        self.harbor = super::harbor::HarborContract::from_recipe(r).ok().flatten();
     }
 
     /// Choose the static sample from the frozen task set (seeded by the split seed), and
