@@ -305,8 +305,7 @@ fn last_line(bytes: &[u8]) -> Option<String> {
     let line = clean
         .split(['\n', '\r'])
         .map(str::trim)
-        .filter(|l| l.chars().any(char::is_alphanumeric))
-        .last()?;
+        .rfind(|l| l.chars().any(char::is_alphanumeric))?;
     let line = line.find("Error:").map_or(line, |i| &line[i..]);
     let mut shown: String = line.chars().filter(|c| !c.is_control()).take(400).collect();
     if line.chars().count() > 400 {
