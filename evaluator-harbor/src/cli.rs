@@ -195,7 +195,12 @@ impl TasksCommand {
                             }
                         }
                         EngineKind::Harbor => {
-                            match crate::engine::harbor::HarborEngine::discover(harbor_args) {
+                            match crate::engine::harbor::HarborEngine::discover(
+                                crate::engine::harbor::HarborOptions {
+                                    extra_args: harbor_args,
+                                    ..Default::default()
+                                },
+                            ) {
                                 Ok(h) => Arc::new(h),
                                 Err(e) => return Err(e),
                             }

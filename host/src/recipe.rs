@@ -24,6 +24,7 @@ use serde_json::{Map, Value, json};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub mod harbor;
 pub mod protocol;
 pub mod source;
 
@@ -201,6 +202,9 @@ pub struct Evaluator {
     /// The agent's model behind the host's gateway (`crate::model::GatewayConfig`).
     #[serde(default)]
     pub model: Option<Value>,
+    /// The harbor engine's `harbor run` settings ([`harbor::parse`]), as written.
+    #[serde(default)]
+    pub harbor: Option<Value>,
 }
 
 fn default_split() -> String {
@@ -336,7 +340,7 @@ pub fn schema() -> Schema {
                         "dataset",
                         string()
                             .required()
-                            .description("A built-in task set or a directory of Harbor tasks"),
+                            .description("A built-in task set, a directory of Harbor tasks, or a Harbor registry dataset (NAME@VERSION or org/name@ref) that `evolve init` fetches with `harbor download`"),
                     )
                     .field(
                         "splits",
@@ -381,7 +385,13 @@ pub fn schema() -> Schema {
                         object(Fields::new().field("final", boolean().default(json!(true))))
                             .default(json!({})),
                     )
-                    .field("model", agent_model()),
+                    .field("model", agent_model())
+                    .field(
+                        "harbor",
+                        json().description(
+                            "The harbor engine's `harbor run` settings (engine: harbor only): environment (-e), environment_kwargs (--ek), n_concurrent (-n), max_retries (-r), timeout_multiplier, agent_setup_timeout_multiplier, environment_build_timeout_multiplier, model (-m), agent_kwargs (--ak), extra_args; see docs/recipes.md",
+                        ),
+                    ),
             ))
             .required(),
         )
@@ -505,6 +515,7 @@ fn cross_checks(recipe: &Map<String, Value>) -> Result<(), Vec<Violation>> {
         ));
     }
     protocol::cross_checks(recipe, &mut found);
+    harbor::cross_checks(recipe, &mut found);
     if found.is_empty() { Ok(()) } else { Err(found) }
 }
 
@@ -675,7 +686,7 @@ fn resolve_operator_file(
 
 /// Check a recipe completely ([`check_new`]). Returns the recipe with normalized configs.
 pub async fn check(sb: &Sandbox, text: &str, base: &Path) -> Checked {
-    check_new(sb, check_shape(text), base).await.0
+    check_new(sb, check_shape(text), base, None).await.0
 }
 
 /// One stage's binding as far as the operator check needs it.
@@ -921,19 +932,23 @@ impl Checked {
 pub struct Sources {
     /// The target's files, by their path under `target/`.
     pub target: Option<Vec<FileRead>>,
-    /// Where the task set came from (`builtin:NAME` or its directory) and its files.
+    /// Where the task set came from (`builtin:NAME`, `harbor:NAME@VERSION` or its
+    /// directory) and its files.
     pub tasks: Option<(PathBuf, Vec<FileRead>)>,
     /// The commit a `target.git` revision resolved to (gen/0 records it as `target.rev`).
     pub target_commit: Option<String>,
     /// A git dataset as pinned: `URL@COMMIT` (gen/0 records it as `evaluator.dataset`).
     pub dataset_pinned: Option<String>,
+    /// The Harbor registry dataset `init` will fetch, when the check did not.
+    pub fetched_at_init: Option<String>,
     pub violations: Vec<Violation>,
 }
 
 /// Read what `named` names (relative paths taken from `base`, the recipe's directory),
 /// and check the task set for the engine. Every problem is a violation naming the
 /// recipe key and the resolved path.
-pub fn read_sources(named: &Named, base: &Path) -> Sources {
+/// A registry dataset is fetched under `fetch_into` ([`check_new`]).
+pub fn read_sources(named: &Named, base: &Path, fetch_into: Option<&Path>) -> Sources {
     let mut out = Sources::default();
     match named.target.as_ref().map(|t| read_target(t, base)) {
         Some(Ok((files, commit))) => {
@@ -943,7 +958,14 @@ pub fn read_sources(named: &Named, base: &Path) -> Sources {
         Some(Err(v)) => out.violations.push(v),
         None => {}
     }
-    match named.dataset.as_ref().map(|d| read_tasks(d, base)) {
+    let dataset = named.dataset.as_ref();
+    if let Some(name) = dataset.filter(|d| harbor::is_registry_name(d, base))
+        && fetch_into.is_none()
+    {
+        out.fetched_at_init = Some(name.clone());
+        return out;
+    }
+    match dataset.map(|d| read_tasks(d, base, fetch_into)) {
         Some(Ok((origin, files, pinned))) => {
             out.dataset_pinned = pinned;
             let set = TaskFiles {
@@ -1013,8 +1035,13 @@ fn read_target(target: &Target, base: &Path) -> Result<(Vec<FileRead>, Option<St
 type TasksRead = (PathBuf, Vec<FileRead>, Option<String>);
 
 /// The task set `evaluator.dataset` names (a built-in one, a git seed's `tasks/`, else a
-/// directory or a seed's `tasks/`), with where it came from.
-fn read_tasks(dataset: &str, base: &Path) -> Result<TasksRead, Violation> {
+/// directory or a seed's `tasks/`, or a Harbor registry name fetched under
+/// `fetch_into`), with where it came from.
+fn read_tasks(
+    dataset: &str,
+    base: &Path,
+    fetch_into: Option<&Path>,
+) -> Result<TasksRead, Violation> {
     if source::is_git_url(dataset) {
         let src = source::parse_git(dataset);
         let problem = |e| Violation::new("evaluator.dataset", e);
@@ -1023,6 +1050,19 @@ fn read_tasks(dataset: &str, base: &Path) -> Result<TasksRead, Violation> {
         let files = read_user_tree(&dir, "evaluator.dataset", "the seed's tasks directory")?;
         let pinned = format!("{}@{}", src.url, co.commit);
         return Ok((PathBuf::from(format!("git:{pinned}")), files, Some(pinned)));
+    }
+    if let Some(into) = fetch_into.filter(|_| harbor::is_registry_name(dataset, base)) {
+        let problem = |m: String| Violation::new("evaluator.dataset", m);
+        let dir = harbor::download(dataset, into).map_err(problem)?;
+        let what = format!("the tasks `harbor download {dataset} --export` wrote");
+        let files = read_user_tree(&dir, "evaluator.dataset", &what)?;
+        let (_, files) = exported_layout(&dir, files);
+        if protocol::task_count(files.iter().map(|f| f.path.as_str())) == 0 {
+            return Err(problem(format!(
+                "`harbor download {dataset}` wrote no task (no task.toml in {what})"
+            )));
+        }
+        return Ok((PathBuf::from(format!("harbor:{dataset}")), files, None));
     }
     match builtin::seed(dataset) {
         Some(seed) if !seed.tasks.is_empty() => Ok((
@@ -1048,9 +1088,43 @@ fn read_tasks(dataset: &str, base: &Path) -> Result<TasksRead, Violation> {
                 known.join(", ")
             );
             let tasks = read_user_tree(&dir, "evaluator.dataset", &what)?;
+            let (dir, tasks) = exported_layout(&dir, tasks);
             Ok((dir, tasks, None))
         }
     }
+}
+
+/// A directory `harbor download NAME --export -o DIR` wrote holds the tasks one level
+/// down (`DIR/<dataset>/<task>/`): when `dir` holds no task itself and exactly one
+/// directory that does, the task set is that directory, so `DIR` can be named as is.
+fn exported_layout(dir: &Path, files: Vec<FileRead>) -> (PathBuf, Vec<FileRead>) {
+    if protocol::task_count(files.iter().map(|f| f.path.as_str())) > 0 {
+        return (dir.to_path_buf(), files);
+    }
+    let tops: std::collections::BTreeSet<&str> = files
+        .iter()
+        .filter_map(|f| f.path.split_once('/').map(|(top, _)| top))
+        .filter(|top| !top.starts_with('.'))
+        .collect();
+    let [top] = tops.into_iter().collect::<Vec<_>>()[..] else {
+        return (dir.to_path_buf(), files);
+    };
+    let top = top.to_string();
+    let prefix = format!("{top}/");
+    let inner: Vec<FileRead> = files
+        .iter()
+        .filter_map(|f| {
+            f.path.strip_prefix(&prefix).map(|p| FileRead {
+                path: p.to_string(),
+                executable: f.executable,
+                bytes: f.bytes.clone(),
+            })
+        })
+        .collect();
+    if protocol::task_count(inner.iter().map(|f| f.path.as_str())) == 0 {
+        return (dir.to_path_buf(), files);
+    }
+    (dir.join(top), inner)
 }
 
 fn builtin_files(files: &[builtin::SeedFile]) -> Vec<FileRead> {
@@ -1279,10 +1353,20 @@ fn can_allow_a_change(
 /// binding's operator and config, its surface's patterns, and what it names outside
 /// itself (the target and the task set, read meanwhile on a thread of their own), each
 /// problem reported at once. Returns the files read, for `init` to freeze.
-pub async fn check_new(sb: &Sandbox, shape: Checked, base: &Path) -> (Checked, Sources) {
+///
+/// A task set named by its Harbor registry name is fetched into a new directory under
+/// `fetch_into` when one is given (`init`), and is otherwise left unread (`recipe check`
+/// never downloads: [`Sources::fetched_at_init`] says so).
+pub async fn check_new(
+    sb: &Sandbox,
+    shape: Checked,
+    base: &Path,
+    fetch_into: Option<&Path>,
+) -> (Checked, Sources) {
     let named = shape.named();
     let dir = base.to_path_buf();
-    let reading = std::thread::spawn(move || read_sources(&named, &dir));
+    let fetch = fetch_into.map(Path::to_path_buf);
+    let reading = std::thread::spawn(move || read_sources(&named, &dir, fetch.as_deref()));
     let mut checked = check_operators(sb, shape, base).await;
     let sources = reading
         .join()

@@ -25,6 +25,7 @@ mod cli_ux;
 mod config_normalization;
 mod driver;
 mod gateway;
+mod harbor_recipe;
 mod integrity;
 mod layers;
 mod lifecycle;

@@ -141,10 +141,25 @@ fn check(path: &Path, json_out: bool, probe: bool) -> CliResult {
         model.report(&mut checked.violations);
     }
     if checked.violations.is_empty() {
+        // A Harbor registry dataset is fetched by `init`, never by a check.
+        let fetched = checked
+            .recipe
+            .as_ref()
+            .map(|r| r.evaluator.dataset.clone())
+            .filter(|d| recipe::harbor::is_registry_name(d, &base));
         if json_out {
-            print_json(&json!({"valid": true, "recipe": checked.normalized}));
+            print_json(&json!({
+                "valid": true, "recipe": checked.normalized,
+                "dataset_fetched_at_init": fetched,
+            }));
         } else {
             println!("ok: {} is a valid recipe", path.display());
+            if let Some(name) = fetched {
+                println!(
+                    "note: evaluator.dataset `{}` is a Harbor registry dataset: `evolve init` fetches it with `harbor download` (this check did not download it, so its tasks are not checked yet)",
+                    crate::display::text(&name)
+                );
+            }
         }
         return Ok(ExitCode::SUCCESS);
     }

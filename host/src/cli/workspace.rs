@@ -117,7 +117,8 @@ pub struct InitArgs {
     /// commit. A seed's tasks/ also replace the task set, unless --tasks is given.
     #[arg(long, value_name = "NAME|PATH|GIT_URL[@REV]")]
     pub seed: Option<String>,
-    /// Replace the recipe's task set: a built-in task set name or a directory of Harbor tasks.
+    /// Replace the recipe's task set: a built-in task set name, a directory of Harbor tasks, or
+    /// a Harbor registry dataset (NAME@VERSION, org/name@ref), fetched with `harbor download`.
     #[arg(long)]
     pub tasks: Option<String>,
     /// Print the result as JSON on stdout.
@@ -504,6 +505,7 @@ fn dry_run(ws: &Workspace, a: &RunArgs) -> CliResult {
                 "max_completion_usd_per_call": answer_cap,
                 "included_in_cost_per_trial": true,
             })),
+            "harbor": ws.engine.harbor.as_ref().map(harbor_json),
         }));
         return Ok(ExitCode::SUCCESS);
     }
@@ -549,12 +551,87 @@ fn dry_run(ws: &Workspace, a: &RunArgs) -> CliResult {
             m.prices.input_per_mtok_usd
         );
     }
+    if let Some(h) = &ws.engine.harbor {
+        print_harbor(h);
+    }
     println!(
         "  spent so far ${:.4}; budget ${:.4}",
         state.spent(),
         r.experiment.budget_usd
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The frozen harbor settings for `--json`: a kwarg mapping as the list of its keys (its
+/// values may be secrets).
+fn harbor_json(h: &crate::workspace::harbor::HarborContract) -> Value {
+    let mut options = serde_json::to_value(&h.options).unwrap_or_default();
+    for key in ["environment_kwargs", "agent_kwargs"] {
+        if let Some(m) = options.get(key).and_then(Value::as_object) {
+            let keys: Vec<&String> = m.keys().collect();
+            options[key] = json!(keys);
+        }
+    }
+    json!({"options": options, "model_path": h.model_path})
+}
+
+/// The frozen harbor settings, one line per field set, with the flag each becomes. A
+/// kwarg's value is not shown (it may be a secret): its key is.
+fn print_harbor(h: &crate::workspace::harbor::HarborContract) {
+    use evaluator_harbor::engine::harbor::HarborOptions;
+    let o = &h.options;
+    let path = match h.model_path.as_str() {
+        "gateway" => "gateway (the host's model gateway, metered by the host)",
+        "agent_env" => {
+            "agent_env (host variables passed with --ae; the agent holds the key and Harbor reports its spend)"
+        }
+        _ => "none (the evaluation has no agent model)",
+    };
+    println!("  harbor run settings (frozen at init), model path: {path}");
+    let keys = |m: &std::collections::BTreeMap<String, String>| {
+        m.keys().cloned().collect::<Vec<_>>().join(", ")
+    };
+    let fields: Vec<(&str, Option<String>)> = vec![
+        ("environment", o.environment.clone()),
+        ("n_concurrent", o.n_concurrent.map(|n| n.to_string())),
+        ("max_retries", o.max_retries.map(|n| n.to_string())),
+        (
+            "timeout_multiplier",
+            o.timeout_multiplier.map(|m| m.to_string()),
+        ),
+        (
+            "agent_setup_timeout_multiplier",
+            o.agent_setup_timeout_multiplier.map(|m| m.to_string()),
+        ),
+        (
+            "environment_build_timeout_multiplier",
+            o.environment_build_timeout_multiplier
+                .map(|m| m.to_string()),
+        ),
+        ("model", o.model.clone()),
+        (
+            "environment_kwargs",
+            (!o.environment_kwargs.is_empty())
+                .then(|| format!("keys {}", keys(&o.environment_kwargs))),
+        ),
+        (
+            "agent_kwargs",
+            (!o.agent_kwargs.is_empty()).then(|| format!("keys {}", keys(&o.agent_kwargs))),
+        ),
+        (
+            "extra_args",
+            (!o.extra_args.is_empty()).then(|| o.extra_args.join(" ")),
+        ),
+    ];
+    for (field, value) in fields {
+        if let Some(v) = value {
+            println!(
+                "    {field} ({}): {}",
+                HarborOptions::flag_of(field),
+                display::text(&v)
+            );
+        }
+    }
 }
 
 /// The certified state, read without the lock or the secret key (the full audit).

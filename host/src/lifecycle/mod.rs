@@ -296,20 +296,40 @@ pub async fn make_engine(
             RunError::new(format!("the docker engine is unavailable: {e}"))
                 .hint("start the Docker daemon, or use evaluator.engine: local")
         })?),
-        "harbor" => Arc::new(HarborEngine::discover(Vec::new()).map_err(|e| {
-            let install = e
-                .hint
-                .clone()
-                .unwrap_or_else(|| "install the harbor CLI (`pip install harbor`)".to_string());
-            RunError::new(format!("the harbor engine is unavailable: {e}"))
-                .hint(format!("{install}; or use evaluator.engine: local"))
-        })?),
+        "harbor" => Arc::new(
+            HarborEngine::discover(harbor_options(config, recipe)?).map_err(|e| {
+                let install = e
+                    .hint
+                    .clone()
+                    .unwrap_or_else(|| "install the harbor CLI (`pip install harbor`)".to_string());
+                RunError::new(format!("the harbor engine is unavailable: {e}"))
+                    .hint(format!("{install}; or use evaluator.engine: local"))
+            })?,
+        ),
         other => {
             return Err(RunError::new(format!(
                 "unknown evaluation engine `{other}`"
             )));
         }
     })
+}
+
+/// The harbor settings `init` froze, refused when the recipe no longer gives them (as
+/// the agent's model policy is, `agent_model::AgentModel::open`).
+fn harbor_options(
+    config: &crate::workspace::EngineConfig,
+    recipe: &Recipe,
+) -> Result<evaluator_harbor::engine::harbor::HarborOptions> {
+    config.check_harbor(recipe).map_err(|e| {
+        RunError::new(e).hint(
+            "a workspace evaluates under the contract frozen at init; start a new workspace (`evolve init`) for other harbor settings",
+        )
+    })?;
+    Ok(config
+        .harbor
+        .as_ref()
+        .map(|h| h.options.clone())
+        .unwrap_or_default())
 }
 
 /// The driver of one `evolve run`.

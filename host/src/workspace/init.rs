@@ -94,7 +94,14 @@ pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
     }
     // Everything `recipe check` checks, the target and the task set read meanwhile; every
     // problem is reported before anything is created.
-    let (checked, sources) = recipe::check_new(sb, shape, &req.recipe_base).await;
+    // A task set named by its Harbor registry name is downloaded here, then read and
+    // frozen exactly like a directory; the download goes when init returns.
+    let fetched = tempfile::Builder::new()
+        .prefix("evolve-init-dataset-")
+        .tempdir()
+        .map_err(|e| err(format!("cannot create a temporary directory: {e}")))?;
+    let (checked, sources) =
+        recipe::check_new(sb, shape, &req.recipe_base, Some(fetched.path())).await;
     let (Some(recipe), Some(mut normalized), Some(target), Some(tasks)) = (
         checked.recipe,
         checked.normalized,
@@ -144,6 +151,9 @@ pub async fn init(sb: &Sandbox, req: &InitRequest) -> Result<Initialized> {
         );
     }
     let mut engine = EngineConfig::from_recipe(&recipe);
+    engine
+        .check_harbor(&recipe)
+        .map_err(|e| err(e).hint("`evolve recipe check RECIPE` lists every problem"))?;
     refuse_uncontainable(&engine, &recipe)?;
     let task_set = add_evaluator(&recipe, &mut engine, tasks, &mut files)?;
     add_operators(

@@ -6,6 +6,7 @@
 //! tree: a hand edit of `recipe.yaml` or `evaluator/` in the working tree changes nothing.
 
 pub mod evidence;
+pub mod harbor;
 pub mod init;
 pub mod keys;
 pub mod protocol;
@@ -60,6 +61,11 @@ pub struct EngineConfig {
     /// so it is part of the runtime fingerprint, and so of every evaluation's contract.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_model: Option<crate::model::GatewayPolicy>,
+    /// The harbor engine's `harbor run` settings (`evaluator.harbor`, defaults resolved)
+    /// and the agent's model path ([`harbor::HarborContract`]); absent for the other
+    /// engines, so their fingerprints are what they always were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub harbor: Option<harbor::HarborContract>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -118,6 +124,7 @@ impl EngineConfig {
             agent_env: Vec::new(),
             verifier_env: Vec::new(),
             agent_model: None,
+            harbor: None,
         };
         config.protocol_from(r);
         config

@@ -92,6 +92,9 @@ impl EngineConfig {
             .ok()
             .flatten()
             .map(|c| c.policy());
+        // Likewise the harbor block (`recipe::harbor`); `init` checks it again
+        // (`EngineConfig::check_harbor`) before freezing.
+        self.harbor = super::harbor::HarborContract::from_recipe(r).ok().flatten();
     }
 
     /// Choose the static sample from the frozen task set (seeded by the split seed), and

@@ -83,7 +83,7 @@ fn on_path(name: &str) -> Option<PathBuf> {
 impl HarborEngine {
     /// Find the CLI: `$EVOLVE_HARBOR_BIN`, then ci-setup.sh's venv, then `harbor` on PATH;
     /// fail (before any trial) unless it exists, is executable and answers `--version`.
-    pub fn discover(extra_args: Vec<String>) -> Result<HarborEngine> {
+    pub fn discover(options: HarborOptions) -> Result<HarborEngine> {
         let (bin, origin) = std::env::var_os("EVOLVE_HARBOR_BIN")
             .map(|b| (PathBuf::from(b), "EVOLVE_HARBOR_BIN"))
             .or_else(|| {
@@ -97,16 +97,8 @@ impl HarborEngine {
                     .hint(INSTALL_HINT)
             })?;
         check_runnable(&bin, origin)?;
-        let extra_args = if extra_args
-            .iter()
-            .any(|a| a == "-e" || a.starts_with("--env") || a.starts_with("-e="))
-        {
-            extra_args
-        } else {
-            let mut v = vec!["-e".to_string(), "docker".to_string()];
-            v.extend(extra_args);
-            v
-        };
+        let mut extra_args = vec!["-e".to_string(), options.environment().to_string()];
+        extra_args.extend(options.extra_args);
         Ok(HarborEngine {
             harbor_bin: bin,
             extra_args,
