@@ -296,7 +296,7 @@ pub async fn make_engine(
             RunError::new(format!("the docker engine is unavailable: {e}"))
                 .hint("start the Docker daemon, or use evaluator.engine: local")
         })?),
-        "harbor" => Arc::new(HarborEngine::discover(Vec::new()).map_err(|e| {
+        "harbor" => Arc::new(HarborEngine::discover(Default::default()).map_err(|e| {
             let install = e
                 .hint
                 .clone()
