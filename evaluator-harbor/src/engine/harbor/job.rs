@@ -498,7 +498,12 @@ async fn start_and_wait(
         pgid,
         job_dir: job_dir.clone(),
     };
-    let budget = job_budget(g, n_concurrent, settings);
+    let n = engine
+        .options
+        .n_concurrent
+        .map(|n| n as usize)
+        .unwrap_or(n_concurrent);
+    let budget = job_budget(g, n, settings);
     let waited = match guard.child.as_mut() {
         Some(c) => tokio::time::timeout(budget, c.wait()).await,
         None => return Err(Error::infra("harbor: lost its process")),
