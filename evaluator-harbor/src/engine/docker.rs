@@ -431,6 +431,7 @@ impl DockerEngine {
             error: None,
             agent_exit_code: None,
             usage: None,
+            agent_usage: None,
             attempts: Vec::new(),
             wall_time_sec: 0.0,
             logs: TrialLogs {

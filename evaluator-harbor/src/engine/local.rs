@@ -753,6 +753,7 @@ impl LocalEngine {
             },
             isolation: None,
             usage: None,
+            agent_usage: None,
             attempts: Vec::new(),
         };
 

@@ -49,6 +49,29 @@ pub trait Engine: Send + Sync {
     fn name(&self) -> &'static str;
     /// Run one trial to completion (or classified failure).
     fn run_trial<'a>(&'a self, req: &'a TrialRequest) -> BoxFuture<'a, TrialResult>;
+    /// Run all of an evaluation's trials as one job, at most `n_concurrent` at once, with
+    /// up to `max_retries` more attempts of a failed trial (the engine's own retry policy),
+    /// calling `done` once per trial as its result comes back. Each result's
+    /// `logs.trial_dir` is its request's `trial_dir`; `run_evaluation` writes its
+    /// result.json there. `None` (the default): the engine runs trial by trial.
+    fn run_job<'a>(
+        &'a self,
+        _reqs: &'a [TrialRequest],
+        _n_concurrent: usize,
+        _max_retries: u32,
+        _done: &'a (dyn Fn(&TrialResult) + Send + Sync),
+    ) -> Option<BoxFuture<'a, JobOutcome>> {
+        None
+    }
+}
+
+/// What [`Engine::run_job`] returns.
+#[derive(Debug, Default)]
+pub struct JobOutcome {
+    pub trials: Vec<TrialResult>,
+    /// Model calls metered for the job as a whole (see
+    /// [`EvaluationResult::shared_usage`]).
+    pub shared_usage: Option<crate::gateway::TrialUsage>,
 }
 
 /// Build a classified failure result for `req`.
@@ -282,39 +305,54 @@ pub async fn run_evaluation(
         }
     }
     let total = jobs.len() + results.len();
-    let mut done = 0;
-    for t in &results {
-        done += 1;
-        progress.trial_done(done, total, t);
+    for (i, t) in results.iter().enumerate() {
+        progress.trial_done(i + 1, total, t);
     }
-    let sem = Arc::new(tokio::sync::Semaphore::new(plan.n_concurrent.max(1)));
-    let mut set = tokio::task::JoinSet::new();
-    for req in jobs {
-        let engine = engine.clone();
-        let sem = sem.clone();
-        let retries = plan.max_retries;
-        set.spawn(async move {
-            let _permit = sem.acquire_owned().await;
-            run_attempts(engine.as_ref(), req, retries).await
-        });
-    }
-    while let Some(j) = set.join_next().await {
-        let r = match j {
-            Ok(r) => r,
-            Err(e) => {
-                // A panicking engine is a bug; still never crash the evaluation.
-                TrialResult::failed(
-                    "<unknown>",
-                    0,
-                    engine.name(),
-                    TrialStatus::InfrastructureFailed,
-                    TrialError::new("engine_error", format!("trial task failed: {e}")),
-                )
-            }
-        };
-        done += 1;
-        progress.trial_done(done, total, &r);
-        results.push(r);
+    let done = results.len();
+    let counter = std::sync::atomic::AtomicUsize::new(done);
+    let report = |t: &TrialResult| {
+        if std::fs::create_dir_all(&t.logs.trial_dir).is_ok() {
+            write_result(&t.logs.trial_dir, t);
+        }
+        let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        progress.trial_done(n, total, t);
+    };
+    let job = engine.run_job(&jobs, plan.n_concurrent.max(1), plan.max_retries, &report);
+    let mut shared_usage = None;
+    if let Some(job) = job {
+        let outcome = job.await;
+        results.extend(outcome.trials);
+        shared_usage = outcome.shared_usage;
+    } else {
+        let sem = Arc::new(tokio::sync::Semaphore::new(plan.n_concurrent.max(1)));
+        let mut set = tokio::task::JoinSet::new();
+        for req in jobs.iter().cloned() {
+            let engine = engine.clone();
+            let sem = sem.clone();
+            let retries = plan.max_retries;
+            set.spawn(async move {
+                let _permit = sem.acquire_owned().await;
+                run_attempts(engine.as_ref(), req, retries).await
+            });
+        }
+        while let Some(j) = set.join_next().await {
+            let r = match j {
+                Ok(r) => r,
+                Err(e) => {
+                    // A panicking engine is a bug; still never crash the evaluation.
+                    TrialResult::failed(
+                        "<unknown>",
+                        0,
+                        engine.name(),
+                        TrialStatus::InfrastructureFailed,
+                        TrialError::new("engine_error", format!("trial task failed: {e}")),
+                    )
+                }
+            };
+            let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+            progress.trial_done(n, total, &r);
+            results.push(r);
+        }
     }
     progress.finished();
     let names = plan.tasks.iter().map(|t| t.name.clone()).collect();
@@ -329,6 +367,10 @@ pub async fn run_evaluation(
     );
     r.trials
         .sort_by(|a, b| a.task.cmp(&b.task).then(a.repetition.cmp(&b.repetition)));
+    if let Some(u) = shared_usage {
+        r.cost_usd += u.usd;
+        r.shared_usage = Some(u);
+    }
     if let Ok(json) = serde_json::to_vec_pretty(&r) {
         let _ = std::fs::create_dir_all(&plan.out_dir);
         let _ = std::fs::write(plan.out_dir.join("evaluation.json"), json);
@@ -407,7 +449,7 @@ async fn run_attempt(engine: &dyn Engine, req: &TrialRequest) -> TrialResult {
 
 /// Write `result.json` through a rename, so that a process killed mid-write leaves the
 /// old file or none, never a truncated one: a resume reuses trials whose result parses.
-fn write_result(trial_dir: &Path, r: &TrialResult) {
+pub(crate) fn write_result(trial_dir: &Path, r: &TrialResult) {
     if let Ok(json) = serde_json::to_vec_pretty(r) {
         let tmp = trial_dir.join(".result.json.tmp");
         if std::fs::write(&tmp, json).is_ok() {

@@ -45,6 +45,7 @@ impl Engine for NoopEngine {
                 },
                 isolation: None,
                 usage: None,
+                agent_usage: None,
                 attempts: Vec::new(),
             }
         })

@@ -287,7 +287,7 @@ pub(crate) async fn evaluate_with(
         attempt,
         source_attempts,
         members: selection.sampled.then(|| selection.members.clone()),
-        model_calls: Some(model_call_ids(&result.trials)).filter(|ids| !ids.is_empty()),
+        model_calls: Some(model_call_ids(&result)).filter(|ids| !ids.is_empty()),
         reason: result.reason.clone(),
     }
     .to_map();
@@ -302,12 +302,15 @@ pub(crate) async fn evaluate_with(
     })
 }
 
-/// The ledger ids of the agent's model calls that `trials` made through the gateway
-/// (an evaluation's, or a stage's train trials').
-pub(crate) fn model_call_ids(trials: &[TrialResult]) -> Vec<String> {
-    trials
+/// The ledger ids of the agent's model calls that an evaluation (or a stage's train
+/// trials) made through the gateway: each trial's, then those metered for the evaluation
+/// as a whole (a harbor job's trials share one listener).
+pub(crate) fn model_call_ids(result: &EvaluationResult) -> Vec<String> {
+    result
+        .trials
         .iter()
         .filter_map(|t| t.usage.as_ref())
+        .chain(result.shared_usage.as_ref())
         .flat_map(|u| u.ledger_ids.iter().cloned())
         .collect()
 }

@@ -169,12 +169,12 @@ impl TrainTasks {
         plan.n_concurrent = self.n_concurrent;
         plan.settings = self.settings.clone();
         let result = run_evaluation(self.engine.clone(), &plan, &NoProgress).await;
-        let cost: f64 = result.trials.iter().filter_map(|t| t.cost_usd).sum();
-        *self.spent.lock().unwrap_or_else(|p| p.into_inner()) += cost;
+        // Earlier attempts and calls metered for the evaluation as a whole included.
+        *self.spent.lock().unwrap_or_else(|p| p.into_inner()) += result.cost_usd;
         self.model_calls
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .extend(super::evaluate::model_call_ids(&result.trials));
+            .extend(super::evaluate::model_call_ids(&result));
         // In report order, so which trials' trajectories fit the budget is deterministic.
         let mut trials: Vec<&TrialResult> = result.trials.iter().collect();
         trials.sort_by(|a, b| a.task.cmp(&b.task).then(a.repetition.cmp(&b.repetition)));

@@ -1,34 +1,40 @@
-//! The `harbor` engine: shells out to the real `harbor` CLI (PyPI `harbor`, Python ≥ 3.12)
-//! and parses its trial `result.json` for timeouts and errors; the reward files Harbor copied
-//! into the trial's `verifier/` dir are read with this project's own parser, so the same files
-//! give the same status on every engine.
+//! The `harbor` engine: shells out to the real `harbor` CLI (PyPI `harbor`, Python ≥ 3.12),
+//! one Harbor job per evaluation (see [`job`]), and reads every trial's `result.json` back
+//! ([`results`]): reward files with this project's own parser, so the same files give the
+//! same status on every engine; `exception_info` classified into evolve's statuses; the
+//! agent's self-reported usage; its ATIF trajectory.
 //!
-//! One trial = one `harbor run -p <task snapshot> -a oracle --job-name <trial> -o <trial>/jobs
-//! -n 1 -k 1 -y -q [extra args]` with `HARBOR_TELEMETRY=0`. Extra args are passed through
-//! verbatim, so Harbor's environments (`-e daytona|modal|e2b|...`, `--ek k=v`,
-//! `--override-cpus`, ...) serve users who outgrow one machine. The default environment is
-//! `-e docker`, which needs the Docker Compose v2 plugin (`docker compose`).
-//! The network: Harbor enforces a task's `[environment].network_mode`; a task that names none
-//! (evolve's default: no network; Harbor's: public) runs from a copy whose task.toml says
-//! `no-network` (see [`harbor_task_dir`]); `isolation.network` records `harbor:<mode>`.
-//! Only the oracle agent is supported here (Harbor's own agents are Python classes; pass
-//! `-a module:Class` through the extra args at your own risk; it replaces the oracle).
+//! A job is `harbor run -p <dataset> --include-task-name <task>... -n N -k <repetitions>
+//! -r <retries> --job-name job -o <dir> -y -q -e <environment> [--ek k=v]... <agent>
+//! <model access> <timeout multipliers> [extra args]` with `HARBOR_TELEMETRY=0`; the
+//! recipe's `evaluator.harbor` block ([`HarborOptions`]) sets the environment
+//! (`docker`, the default, needs the Docker Compose v2 plugin; `daytona`, `modal`, `e2b`,
+//! ... run elsewhere) and the rest.
+//! The network: Harbor enforces a task's `[environment].network_mode` or refuses the job at
+//! preflight; a task that names none (evolve's default: no network; Harbor's: public) runs
+//! from a copy whose task.toml says `no-network` (see [`harbor_task_dir`]); tasks of each
+//! policy run as their own job, and `isolation.network` records `harbor:<mode>`.
+//! Cancellation (the evaluation future dropped) stops harbor with SIGINT, kills it after a
+//! grace period, and removes every container, network and image of the job's trials
+//! ([`cleanup`]).
 
 pub mod access;
 pub mod agents;
+pub mod cleanup;
+pub mod job;
 pub mod job_agent;
 pub mod options;
+pub mod results;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
-use super::local::finish_with_reward;
-use super::{BoxFuture, Engine, TrialRequest, classify_error, failed_trial};
-use crate::agent::AgentSpec;
+use super::{BoxFuture, Engine, TrialRequest};
 use crate::error::{Error, ErrorKind, Result};
-use crate::result::{Isolation, TimeoutOwner, TrialError, TrialLogs, TrialResult, TrialStatus};
+use crate::result::{TrialError, TrialResult, TrialStatus};
 use crate::task::{NetworkMode, Task, TaskConfig};
+pub use job_agent::{JobAgent, JobModelAccess};
 pub use options::HarborOptions;
+pub use results::{find_trial_result, parse_trial_result};
 
 /// Where ci-setup.sh installs the harbor CLI.
 pub const CI_HARBOR_BIN: &str = "/var/cache/evolve-ci/harbor-venv/bin/harbor";
@@ -37,8 +43,12 @@ pub const CI_HARBOR_BIN: &str = "/var/cache/evolve-ci/harbor-venv/bin/harbor";
 #[derive(Debug, Clone)]
 pub struct HarborEngine {
     pub harbor_bin: PathBuf,
-    /// Extra `harbor run` arguments (default: `-e docker`).
-    pub extra_args: Vec<String>,
+    /// The recipe's `evaluator.harbor` block (frozen in the contract).
+    pub options: HarborOptions,
+    /// Fixed `--ae` flags and the values behind them, passed to every job (for example a
+    /// cloud environment's own credentials). Each job adds the evaluation's model access
+    /// to them ([`access::open`]: the gateway, or `evaluator.agent_env`).
+    pub model_access: JobModelAccess,
 }
 
 /// How to get a working harbor CLI.
@@ -97,94 +107,18 @@ impl HarborEngine {
                     .hint(INSTALL_HINT)
             })?;
         check_runnable(&bin, origin)?;
-        let mut extra_args = vec!["-e".to_string(), options.environment().to_string()];
-        extra_args.extend(options.extra_args);
+        if let Some(p) = options.problems().into_iter().next() {
+            return Err(Error::new(
+                ErrorKind::Usage,
+                format!("evaluator.harbor.{} ({}) {}", p.field, p.flag, p.message),
+            )
+            .hint("the environment is `evaluator.harbor.environment` (`--harbor-env` on `evolve tasks run`)"));
+        }
         Ok(HarborEngine {
             harbor_bin: bin,
-            extra_args,
+            options,
+            model_access: JobModelAccess::default(),
         })
-    }
-
-    async fn trial(&self, req: &TrialRequest) -> Result<TrialResult> {
-        let task = &req.task;
-        if !matches!(req.agent.as_ref(), AgentSpec::Oracle) {
-            return Err(Error::new(
-                ErrorKind::Unsupported,
-                "the harbor engine runs the oracle agent only",
-            )
-            .hint("use --engine local or docker for agent.toml agents"));
-        }
-        let started = Instant::now();
-        let jobs = req.trial_dir.join("jobs");
-        let job = crate::result::trial_name(&task.name, req.repetition);
-        let log_path = req.trial_dir.join("harbor.log");
-        let log = std::fs::File::create(&log_path)
-            .map_err(|e| Error::io("cannot create", &log_path, e))?;
-        let log2 = log
-            .try_clone()
-            .map_err(|e| Error::io("cannot create", &log_path, e))?;
-        let (task_dir, network) = harbor_task_dir(task, &req.trial_dir)?;
-        let mut cmd = tokio::process::Command::new(&self.harbor_bin);
-        cmd.arg("run")
-            .arg("-p")
-            .arg(&task_dir)
-            .args([
-                "-a",
-                "oracle",
-                "--job-name",
-                &job,
-                "-n",
-                "1",
-                "-k",
-                "1",
-                "-y",
-                "-q",
-                "-o",
-            ])
-            .arg(&jobs)
-            .args(&self.extra_args)
-            .env("HARBOR_TELEMETRY", "0")
-            .stdin(std::process::Stdio::null())
-            .stdout(log)
-            .stderr(log2)
-            .process_group(0)
-            .kill_on_drop(true);
-        let budget = task.config.environment.build_timeout_sec
-            + task.config.agent.timeout_sec.unwrap_or(3600.0)
-            + task.config.verifier.timeout_sec
-            + 300.0;
-        let mut child = cmd.spawn().map_err(|e| {
-            Error::infra(format!("cannot start {}: {e}", self.harbor_bin.display()))
-        })?;
-        let pgid = child.id();
-        let status = match tokio::time::timeout(Duration::from_secs_f64(budget), child.wait()).await
-        {
-            Ok(s) => s.map_err(|e| Error::infra(format!("harbor: {e}")))?,
-            Err(_) => {
-                if let Some(p) = pgid.and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
-                    let _ = rustix::process::kill_process_group(p, rustix::process::Signal::KILL);
-                }
-                return Err(
-                    Error::infra(format!("harbor run did not finish within {budget} s"))
-                        .at_path(&log_path),
-                );
-            }
-        };
-        let job_dir = jobs.join(&job);
-        let trial_json = find_trial_result(&job_dir);
-        let Some(trial_json) = trial_json else {
-            let tail = tail_of(&log_path, 800);
-            return Err(Error::infra(format!(
-                "harbor run exited with {status} and wrote no trial result.json; log tail: {tail}"
-            ))
-            .at_path(&log_path));
-        };
-        let mut r = parse_trial_result(&trial_json, &task.name, req.repetition)?;
-        if let Some(iso) = r.isolation.as_mut() {
-            iso.network = network.into();
-        }
-        r.wall_time_sec = started.elapsed().as_secs_f64();
-        Ok(r)
     }
 }
 
@@ -261,133 +195,45 @@ fn with_no_network(text: &str) -> String {
     out
 }
 
-fn tail_of(p: &Path, n: usize) -> String {
-    let s = std::fs::read_to_string(p).unwrap_or_default();
-    let start = s.len().saturating_sub(n);
-    s.get(start..).unwrap_or("").replace('\n', " | ")
-}
-
-/// The first `<job>/<trial>/result.json` that has `task_name` and `trial_name`.
-pub fn find_trial_result(job_dir: &Path) -> Option<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(job_dir)
-        .ok()?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.is_dir())
-        .collect();
-    dirs.sort();
-    dirs.into_iter().map(|d| d.join("result.json")).find(|p| {
-        std::fs::read(p)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-            .is_some_and(|v| {
-                v.get("task_name").is_some_and(|x| x.is_string())
-                    && v.get("trial_name").is_some_and(|x| x.is_string())
-            })
-    })
-}
-
-/// Map a Harbor TrialResult file onto our classification.
-pub fn parse_trial_result(path: &Path, task: &str, repetition: u32) -> Result<TrialResult> {
-    let bytes = std::fs::read(path).map_err(|e| Error::io("cannot read", path, e))?;
-    let v: serde_json::Value = serde_json::from_slice(&bytes)
-        .map_err(|e| Error::infra(format!("harbor result.json is not JSON: {e}")).at_path(path))?;
-    let trial_dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
-    let mut r = TrialResult::failed(
-        task,
-        repetition,
-        "harbor",
-        TrialStatus::InfrastructureFailed,
-        TrialError::new("engine_error", ""),
-    );
-    r.error = None;
-    r.logs = TrialLogs {
-        agent_dir: trial_dir.join("agent"),
-        verifier_dir: trial_dir.join("verifier"),
-        trial_dir,
-        trajectory: None,
-    };
-    r.isolation = Some(Isolation {
-        network: "harbor".into(),
-        processes: "harbor".into(),
-        filesystem: "harbor".into(),
-        user: "harbor".into(),
-    });
-    if let Ok(code) = std::fs::read_to_string(r.logs.agent_dir.join("exit-code.txt")) {
-        r.agent_exit_code = code.trim().parse().ok();
-    } else {
-        r.agent_exit_code = Some(0);
-    }
-    r.cost_usd = v
-        .pointer("/agent_result/cost_usd")
-        .and_then(|x| x.as_f64())
-        .filter(|c| c.is_finite() && *c >= 0.0);
-    let exc_type = v
-        .pointer("/exception_info/exception_type")
-        .and_then(|x| x.as_str())
-        .unwrap_or("");
-    let exc_msg = v
-        .pointer("/exception_info/exception_message")
-        .and_then(|x| x.as_str())
-        .unwrap_or("")
-        .lines()
-        .next()
-        .unwrap_or("")
-        .to_string();
-    match exc_type {
-        "AgentTimeoutError" => {
-            r.status = TrialStatus::Timeout;
-            r.timeout_owner = Some(TimeoutOwner::Agent);
-            r.error = Some(TrialError::new("agent_timeout", exc_msg));
-        }
-        "VerifierTimeoutError" => {
-            r.status = TrialStatus::Timeout;
-            r.timeout_owner = Some(TimeoutOwner::Verifier);
-            r.error = Some(TrialError::new("verifier_timeout", exc_msg));
-        }
-        // The verifier finished: its reward files decide, read by this project's own parser
-        // (the same caps and error kinds as the local and docker engines), not Harbor's
-        // parse of them (Harbor reads any size and reports non-finite values as parse errors).
-        "" | "RewardFileNotFoundError" | "RewardFileEmptyError" | "VerifierOutputParseError" => {
-            let harbor_rewards = v
-                .pointer("/verifier_result/rewards")
-                .and_then(|x| x.as_object())
-                .is_some_and(|o| !o.is_empty());
-            let verifier_dir = r.logs.verifier_dir.clone();
-            finish_with_reward(&mut r, &verifier_dir);
-            if harbor_rewards
-                && let Some(e) = r.error.as_mut().filter(|e| e.kind == "reward_missing")
-            {
-                e.message = format!(
-                    "harbor reported rewards but left no reward.json or reward.txt in {}",
-                    verifier_dir.display()
-                );
-            }
-        }
-        other => {
-            r.error = Some(TrialError::new(
-                "engine_error",
-                format!("{other}: {exc_msg}"),
-            ))
-        }
-    }
-    Ok(r)
-}
-
 impl Engine for HarborEngine {
     fn name(&self) -> &'static str {
         "harbor"
     }
+    /// One trial alone is a job of one trial; evaluations use [`Engine::run_job`].
     fn run_trial<'a>(&'a self, req: &'a TrialRequest) -> BoxFuture<'a, TrialResult> {
         Box::pin(async move {
-            match self.trial(req).await {
-                Ok(r) => r,
-                Err(e) => {
-                    let (status, err) = classify_error(&e);
-                    failed_trial(req, "harbor", status, err)
-                }
+            let job = job::run(self, std::slice::from_ref(req), 1, 0, &|_| {}).await;
+            let mut trials = job.trials;
+            let mut r = trials.pop().unwrap_or_else(|| {
+                super::failed_trial(
+                    req,
+                    "harbor",
+                    TrialStatus::InfrastructureFailed,
+                    TrialError::new("engine_error", "the harbor job returned no trial"),
+                )
+            });
+            // A job of one trial: the job's model calls are that trial's.
+            if let Some(u) = job.shared_usage {
+                r.cost_usd = Some(u.usd).filter(|c| c.is_finite() && *c >= 0.0);
+                r.usage = Some(u);
             }
+            r
         })
+    }
+    fn run_job<'a>(
+        &'a self,
+        reqs: &'a [TrialRequest],
+        n_concurrent: usize,
+        max_retries: u32,
+        done: &'a (dyn Fn(&TrialResult) + Send + Sync),
+    ) -> Option<BoxFuture<'a, super::JobOutcome>> {
+        Some(Box::pin(job::run(
+            self,
+            reqs,
+            n_concurrent,
+            max_retries,
+            done,
+        )))
     }
 }
 
