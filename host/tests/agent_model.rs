@@ -501,3 +501,150 @@ fn a_dead_agent_endpoint_stops_the_run_before_anything_is_evaluated() {
     );
     assert!(evaluations(&e).is_empty());
 }
+
+/// The harbor CLI and Docker Compose v2 (what Harbor's docker environment drives), or
+/// `false` (skip, with the reason) outside CI; with CI=true either missing fails the test.
+fn harbor_with_compose() -> bool {
+    let ci = super::ws::ci();
+    let harbor = Path::new("/var/cache/evolve-ci/harbor-venv/bin/harbor");
+    let compose = std::process::Command::new("docker")
+        .args(["compose", "version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !harbor.is_file() || !compose {
+        assert!(
+            !ci,
+            "CI=true but the harbor CLI or `docker compose` is missing; evaluator-harbor/ci-setup.sh installs both"
+        );
+        eprintln!("SKIP: the harbor CLI or docker compose is missing");
+        return false;
+    }
+    true
+}
+
+/// Issue 26's end-to-end run: a workspace on `engine: harbor` evolves a command agent for
+/// two generations. Every evaluation is one `harbor run` job on Harbor's own docker
+/// environment; the shipped adapter runs the candidate's agent in Harbor's container,
+/// which reaches the host's gateway on Docker's bridge with a job token. Every call is
+/// charged to the budget and listed, the key is written nowhere, no container is left.
+#[test]
+fn on_the_harbor_engine_a_command_agent_evolves_through_the_gateway() {
+    if !docker_with_python() || !harbor_with_compose() {
+        return;
+    }
+    let upstream = Upstream::start((0..60).map(|_| answer("0.6", (10, 5))).collect());
+    let e = experiment(
+        &upstream,
+        &Spec {
+            budget_usd: 10.0,
+            ..Spec::default()
+        },
+    );
+    let mut tasks = Vec::new();
+    for entry in std::fs::read_dir(e.root().join("tasks")).unwrap().flatten() {
+        let toml = entry.path().join("task.toml");
+        let text = std::fs::read_to_string(&toml).unwrap();
+        // Public: Harbor's docker environment cannot enforce no-network on a machine
+        // without a registry, and the agent reaches the gateway over the bridge.
+        std::fs::write(
+            &toml,
+            format!(
+                "{text}[environment]\ndocker_image = \"evolve-harbor-test-python:1\"\nnetwork_mode = \"public\"\n"
+            ),
+        )
+        .unwrap();
+        std::fs::remove_dir_all(entry.path().join("environment")).unwrap();
+        tasks.push(entry.file_name().to_string_lossy().into_owned());
+    }
+    let recipe_path = e.root().join("recipe.yaml");
+    let recipe = std::fs::read_to_string(&recipe_path).unwrap();
+    std::fs::write(
+        &recipe_path,
+        recipe.replacen("engine: local", "engine: harbor", 1),
+    )
+    .unwrap();
+    evolve(&e, &["init", "ws", "--recipe", "recipe.yaml"]).ok();
+    let engine: Value = serde_json::from_str(&e.gen0_file("evaluator/engine.json")).unwrap();
+    assert_eq!(engine["harbor"]["model_path"], "gateway", "{engine}");
+
+    let run = evolve(&e, &["run", "ws", "--json"]).ok();
+    let summary = run.json();
+    assert_eq!(summary["status"], "complete", "{summary}");
+    assert_eq!(summary["genesis_score"], 0.6, "{summary}");
+
+    // Each trial made one call, with the host's key upstream; each evaluation lists its
+    // calls and is charged them (metered for the job as a whole).
+    let calls: Vec<_> = upstream
+        .seen()
+        .into_iter()
+        .filter(|s| s.path.ends_with("/chat/completions"))
+        .collect();
+    let evals = evaluations(&e);
+    assert!(evals.len() >= 3, "genesis and two children: {evals:?}");
+    let trials: u64 = evals
+        .iter()
+        .map(|ev| ev["body"]["trials"].as_u64().unwrap())
+        .sum();
+    assert_eq!(calls.len() as u64, trials, "one call per trial");
+    for call in &calls {
+        assert_eq!(
+            call.header("authorization"),
+            Some(format!("Bearer {KEY}").as_str())
+        );
+    }
+    for ev in &evals {
+        let n = ev["body"]["trials"].as_u64().unwrap();
+        let ids = ev["body"]["model_calls"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(ids.len() as u64, n, "{ev}");
+        let cost = ev["body"]["cost_usd"].as_f64().unwrap();
+        assert!((cost - 0.015 * n as f64).abs() < 1e-9, "{ev}");
+    }
+    let spent = summary["spent_usd"].as_f64().unwrap();
+    assert!(
+        (spent - 0.015 * calls.len() as f64).abs() < 1e-9,
+        "{summary}"
+    );
+
+    // One harbor job per evaluation (all its tasks in one job dir), and the agent saw the
+    // gateway on Docker's bridge with a token, never the key.
+    let runs = e.ws.join("runs/evaluations");
+    let job_configs: Vec<_> = named(&runs, "config.json")
+        .into_iter()
+        .filter(|p| p.parent().is_some_and(|d| d.ends_with("jobs/job")))
+        .collect();
+    assert!(!job_configs.is_empty());
+    let envs = named(&runs, "env.json");
+    assert_eq!(envs.len() as u64, trials, "one env.json per trial");
+    for path in envs {
+        let env: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let url = env["OPENAI_BASE_URL"].as_str().unwrap();
+        assert!(
+            url.starts_with("http://") && !url.contains("127.0.0.1"),
+            "{url}"
+        );
+        assert!(env.get(KEY_VAR).is_none(), "{path:?}");
+    }
+    for path in files_under(e.root()) {
+        let bytes = std::fs::read(&path).unwrap_or_default();
+        assert!(
+            !bytes.windows(KEY.len()).any(|w| w == KEY.as_bytes()),
+            "the key is in {path:?}"
+        );
+    }
+    assert!(!run.stdout().contains(KEY) && !run.stderr().contains(KEY));
+
+    // No container of any trial is left behind.
+    let ps = std::process::Command::new("docker")
+        .args(["ps", "-a", "--format", "{{.Names}}"])
+        .output()
+        .unwrap();
+    let ps = String::from_utf8_lossy(&ps.stdout);
+    for t in &tasks {
+        let short: String = t.chars().take(20).collect::<String>().to_lowercase();
+        assert!(!ps.contains(&short), "a container of {t} is left: {ps}");
+    }
+    e.evolve(&["verify", "ws"]).ok();
+}

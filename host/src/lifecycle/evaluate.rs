@@ -212,8 +212,8 @@ pub(crate) async fn evaluate_with(
                 reused.iter().map(|r| r.task.as_str()).collect();
             plan.tasks
                 .retain(|t| members.contains(&t.name) && !done.contains(t.name.as_str()));
-            let fresh = if plan.tasks.is_empty() {
-                Vec::new()
+            let (fresh, shared_usage) = if plan.tasks.is_empty() {
+                (Vec::new(), None)
             } else {
                 let trials = TrialProgress {
                     channel: progress,
@@ -221,11 +221,12 @@ pub(crate) async fn evaluate_with(
                     purpose: req.purpose,
                     reused: reused_trials.len(),
                 };
-                run_evaluation(engine.clone(), &plan, &trials).await.trials
+                let r = run_evaluation(engine.clone(), &plan, &trials).await;
+                (r.trials, r.shared_usage)
             };
             let mut all = reused_trials;
             all.extend(fresh);
-            summarize(
+            let mut result = summarize(
                 engine.name(),
                 "target",
                 members.clone(),
@@ -233,7 +234,13 @@ pub(crate) async fn evaluate_with(
                 all,
                 policy,
                 started.elapsed().as_secs_f64(),
-            )
+            );
+            // Calls metered for the fresh trials' job as a whole (the harbor engine).
+            if let Some(u) = shared_usage {
+                result.cost_usd += u.usd;
+                result.shared_usage = Some(u);
+            }
+            result
         }
     };
     let _ = std::fs::write(
