@@ -69,7 +69,7 @@ impl Chat {
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
                 let (handler, log) = (handler.clone(), log.clone());
-                std::thread::spawn(move || serve(stream, &*handler, &log));
+                std::thread::spawn(move || serve(stream, &handler, &log));
             }
         });
         Chat { url, seen }
