@@ -98,6 +98,24 @@ fn the_agent_calls_its_model_through_the_gateway_metered_listed_and_without_the_
     assert_evolved_through_the_gateway(&e, &upstream);
 }
 
+/// Each evaluation lists one ledger id per trial and is charged $0.015 a trial; the number
+/// of ids listed in all.
+fn assert_each_evaluation_charged(evals: &[Value]) -> usize {
+    let mut listed = 0;
+    for ev in evals {
+        let n = ev["body"]["trials"].as_u64().unwrap();
+        let ids = ev["body"]["model_calls"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(ids.len() as u64, n, "{ev}");
+        listed += ids.len();
+        let cost = ev["body"]["cost_usd"].as_f64().unwrap();
+        assert!((cost - 0.015 * n as f64).abs() < 1e-9, "{ev}");
+    }
+    listed
+}
+
 /// A run of [`experiment`] to the end: every answer was the model's, each trial made one
 /// call that reached the upstream with the host's key and the default model, every
 /// evaluation lists and is charged its calls, each trial left its trajectory and exchange
@@ -131,19 +149,7 @@ fn assert_evolved_through_the_gateway(e: &Exp, upstream: &Upstream) {
     }
 
     // Charged: every evaluation lists its calls' ledger ids and costs $0.015 a trial.
-    let mut listed = 0;
-    for ev in &evals {
-        let n = ev["body"]["trials"].as_u64().unwrap();
-        let ids = ev["body"]["model_calls"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        assert_eq!(ids.len() as u64, n, "{ev}");
-        listed += ids.len();
-        let cost = ev["body"]["cost_usd"].as_f64().unwrap();
-        assert!((cost - 0.015 * n as f64).abs() < 1e-9, "{ev}");
-    }
-    assert_eq!(listed, calls.len());
+    assert_eq!(assert_each_evaluation_charged(&evals), calls.len());
     let spent = summary["spent_usd"].as_f64().unwrap();
     assert!(
         (spent - 0.015 * calls.len() as f64).abs() < 1e-9,
@@ -592,16 +598,7 @@ fn on_the_harbor_engine_a_command_agent_evolves_through_the_gateway() {
             Some(format!("Bearer {KEY}").as_str())
         );
     }
-    for ev in &evals {
-        let n = ev["body"]["trials"].as_u64().unwrap();
-        let ids = ev["body"]["model_calls"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        assert_eq!(ids.len() as u64, n, "{ev}");
-        let cost = ev["body"]["cost_usd"].as_f64().unwrap();
-        assert!((cost - 0.015 * n as f64).abs() < 1e-9, "{ev}");
-    }
+    assert_each_evaluation_charged(&evals);
     let spent = summary["spent_usd"].as_f64().unwrap();
     assert!(
         (spent - 0.015 * calls.len() as f64).abs() < 1e-9,

@@ -16,7 +16,7 @@ use super::cmd::evolve;
 use super::ws::files_under;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -81,36 +81,11 @@ impl Chat {
 }
 
 fn serve(mut stream: std::net::TcpStream, handler: &Handler, log: &Mutex<Vec<Value>>) {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    let (head_end, len) = loop {
-        let n = stream.read(&mut chunk).unwrap_or(0);
-        if n == 0 {
-            return;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        let text = String::from_utf8_lossy(&buf);
-        if let Some(end) = text.find("\r\n\r\n") {
-            let len = text[..end]
-                .lines()
-                .find_map(|l| {
-                    l.to_ascii_lowercase()
-                        .strip_prefix("content-length:")
-                        .map(|v| v.trim().parse::<usize>().unwrap_or(0))
-                })
-                .unwrap_or(0);
-            break (end + 4, len);
-        }
+    let Some(req) = super::chat::read_request(&mut stream) else {
+        return;
     };
-    while buf.len() < head_end + len {
-        let n = stream.read(&mut chunk).unwrap_or(0);
-        if n == 0 {
-            return;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    let body = if buf.starts_with(b"POST") {
-        let request: Value = serde_json::from_slice(&buf[head_end..head_end + len]).unwrap();
+    let body = if req.is_post() {
+        let request: Value = serde_json::from_slice(&req.body).unwrap();
         let n = {
             let mut log = log.lock().unwrap();
             log.push(request.clone());

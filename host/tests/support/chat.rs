@@ -9,6 +9,53 @@ use std::process::Output;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+/// One HTTP/1.1 request as it arrived: its head (request line and headers) and its body.
+pub struct Request {
+    pub head: String,
+    pub body: Vec<u8>,
+}
+
+impl Request {
+    pub fn is_post(&self) -> bool {
+        self.head.starts_with("POST")
+    }
+}
+
+/// Read one request from `stream` (its head, then `content-length` bytes of body); `None`
+/// when the client goes before it is complete.
+pub fn read_request(stream: &mut std::net::TcpStream) -> Option<Request> {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let mut fill = |buf: &mut Vec<u8>| -> Option<()> {
+        let n = stream.read(&mut chunk).unwrap_or(0);
+        buf.extend_from_slice(&chunk[..n]);
+        (n > 0).then_some(())
+    };
+    let (head_end, len) = loop {
+        fill(&mut buf)?;
+        let text = String::from_utf8_lossy(&buf);
+        if let Some(end) = text.find("\r\n\r\n") {
+            let len = text[..end]
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                })
+                .unwrap_or(0);
+            break (end + 4, len);
+        }
+    };
+    while buf.len() < head_end + len {
+        fill(&mut buf)?;
+    }
+    Some(Request {
+        head: String::from_utf8_lossy(&buf[..head_end]).into_owned(),
+        body: buf[head_end..head_end + len].to_vec(),
+    })
+}
+
 /// The server's base URL and the number of requests it answered.
 pub fn chat_server(content: &'static str) -> (String, Arc<AtomicUsize>) {
     serve(content, None)
@@ -22,7 +69,7 @@ pub fn chat_server_holding(content: &'static str, hold: usize) -> (String, Arc<A
 }
 
 fn serve(content: &'static str, hold: Option<usize>) -> (String, Arc<AtomicUsize>) {
-    use std::io::{Read, Write};
+    use std::io::Write;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/v1", listener.local_addr().unwrap());
     let calls = Arc::new(AtomicUsize::new(0));
@@ -30,31 +77,11 @@ fn serve(content: &'static str, hold: Option<usize>) -> (String, Arc<AtomicUsize
     std::thread::spawn(move || {
         let mut held = Vec::new();
         for mut stream in listener.incoming().flatten() {
-            let mut buf = Vec::new();
-            let mut chunk = [0u8; 4096];
-            loop {
-                let n = stream.read(&mut chunk).unwrap_or(0);
-                if n == 0 {
-                    break;
-                }
-                buf.extend_from_slice(&chunk[..n]);
-                let text = String::from_utf8_lossy(&buf);
-                if let Some(end) = text.find("\r\n\r\n") {
-                    let len = text[..end]
-                        .lines()
-                        .find_map(|l| {
-                            l.to_ascii_lowercase()
-                                .strip_prefix("content-length:")
-                                .map(|v| v.trim().parse::<usize>().unwrap_or(0))
-                        })
-                        .unwrap_or(0);
-                    if buf.len() >= end + 4 + len {
-                        break;
-                    }
-                }
-            }
+            let Some(request) = read_request(&mut stream) else {
+                continue;
+            };
             // Count chat completions only, not the endpoint probe (`GET /models`).
-            if buf.starts_with(b"POST") {
+            if request.is_post() {
                 let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
                 if hold == Some(n) {
                     held.push(stream);
