@@ -120,6 +120,14 @@ impl Attempt {
     }
 }
 
+/// Wall time of a trial's phases, in seconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhaseTimes {
+    pub agent_sec: f64,
+    /// `None` when the verifier did not run (an agent timeout, an exhausted budget).
+    pub verifier_sec: Option<f64>,
+}
+
 /// The result of one trial.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrialResult {
@@ -153,6 +161,10 @@ pub struct TrialResult {
     /// `agent_result` on the harbor engine. Self-reported, so never a meter reading.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_usage: Option<AgentUsage>,
+    /// How long the agent and verifier phases took, where the engine times them (local):
+    /// the rest of `wall_time_sec` is the engine's own work (staging, the sandbox, copies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phases: Option<PhaseTimes>,
     /// The earlier attempts of this trial, oldest first, when infrastructure failures made
     /// the engine run it again; this result is the last attempt's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -197,6 +209,7 @@ impl TrialResult {
             isolation: None,
             usage: None,
             agent_usage: None,
+            phases: None,
             attempts: Vec::new(),
         }
     }

@@ -432,6 +432,7 @@ impl DockerEngine {
             agent_exit_code: None,
             usage: None,
             agent_usage: None,
+            phases: None,
             attempts: Vec::new(),
             wall_time_sec: 0.0,
             logs: TrialLogs {

@@ -754,6 +754,7 @@ impl LocalEngine {
             isolation: None,
             usage: None,
             agent_usage: None,
+            phases: None,
             attempts: Vec::new(),
         };
 
@@ -772,6 +773,7 @@ impl LocalEngine {
             at: "/logs/agent".into(),
             writable: true,
         });
+        let agent_started = Instant::now();
         let agent_out = match req.agent.as_ref() {
             AgentSpec::Oracle => {
                 if !task.has_solution() {
@@ -920,6 +922,10 @@ impl LocalEngine {
                 }
             },
         };
+        result.phases = Some(crate::result::PhaseTimes {
+            agent_sec: agent_started.elapsed().as_secs_f64(),
+            verifier_sec: None,
+        });
         result.isolation = Some(self.isolation(&trial.mode, deny_net, fs_iso, metered.is_some()));
         result.agent_exit_code = agent_out.0;
         if let Some(c) = agent_out.0
@@ -1036,6 +1042,7 @@ impl LocalEngine {
                 writable: false,
             },
         ]);
+        let verifier_started = Instant::now();
         let o = trial
             .run(Phase {
                 argv: vec![
@@ -1057,6 +1064,9 @@ impl LocalEngine {
             })
             .await
             .map_err(|e| Error::infra(format!("cannot run tests/test.sh: {e}")))?;
+        if let Some(p) = result.phases.as_mut() {
+            p.verifier_sec = Some(verifier_started.elapsed().as_secs_f64());
+        }
         if let Some(why) = o.over_quota {
             empty_dir(&l.app);
             empty_dir(&l.tmp);

@@ -208,7 +208,7 @@ fn check_spend(spent: f64, charged: f64, answered: f64) -> Result<(), String> {
 }
 
 /// A gateway forwarding to `up`, with a pool of [`BUDGET_USD`] and no logs on disk.
-fn gateway(up: &Upstream) -> Result<Gateway, String> {
+pub(super) fn gateway(up: &Upstream) -> Result<Gateway, String> {
     let mut model = ModelConfig::new(up.endpoint(), MODEL);
     model.block = BLOCK;
     model.prices = PRICES;
@@ -285,15 +285,29 @@ async fn chat(client: &HttpClient, url: &str, token: &str) -> Result<(u64, u64),
 }
 
 /// The scripted upstream: one axum server on 127.0.0.1 that answers every chat request
-/// with the same completion, counting the requests; stopped when dropped.
-struct Upstream {
+/// with a completion whose content [`Scripted::answer`] picks, counting the requests;
+/// stopped when dropped.
+pub(super) struct Upstream {
     port: u16,
-    requests: Arc<AtomicU64>,
+    state: Arc<Scripted>,
     server: JoinHandle<()>,
 }
 
+/// What the scripted upstream answers, and how many requests it has seen.
+struct Scripted {
+    requests: AtomicU64,
+    /// The assistant's content for a chat request.
+    answer: fn(&Value) -> String,
+}
+
 impl Upstream {
+    /// An upstream that answers every request with `pong`.
     async fn start() -> Result<Upstream, String> {
+        Upstream::answering(|_| "pong".into()).await
+    }
+
+    /// An upstream whose answer to each chat request is `answer(request)`.
+    pub(super) async fn answering(answer: fn(&Value) -> String) -> Result<Upstream, String> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .map_err(|e| format!("cannot bind the scripted upstream on 127.0.0.1: {e}"))?;
@@ -301,10 +315,13 @@ impl Upstream {
             .local_addr()
             .map_err(|e| format!("the scripted upstream's address: {e}"))?
             .port();
-        let requests = Arc::new(AtomicU64::new(0));
+        let state = Arc::new(Scripted {
+            requests: AtomicU64::new(0),
+            answer,
+        });
         let app = axum::Router::new()
             .route("/v1/chat/completions", axum::routing::post(completion))
-            .with_state(requests.clone());
+            .with_state(state.clone());
         let server = tokio::spawn(async move {
             // An accept error ends the server; the next call then fails with a clear
             // connection error, which fails the bench.
@@ -312,12 +329,12 @@ impl Upstream {
         });
         Ok(Upstream {
             port,
-            requests,
+            state,
             server,
         })
     }
 
-    fn endpoint(&self) -> String {
+    pub(super) fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}/v1", self.port)
     }
 
@@ -325,8 +342,8 @@ impl Upstream {
         completions_url(self.port)
     }
 
-    fn requests(&self) -> u64 {
-        self.requests.load(Ordering::Relaxed)
+    pub(super) fn requests(&self) -> u64 {
+        self.state.requests.load(Ordering::Relaxed)
     }
 }
 
@@ -339,12 +356,12 @@ impl Drop for Upstream {
 /// The upstream's one answer; the body is read whole (so the connection stays usable)
 /// and must be a chat request.
 async fn completion(
-    State(requests): State<Arc<AtomicU64>>,
+    State(state): State<Arc<Scripted>>,
     body: Bytes,
 ) -> (StatusCode, axum::Json<Value>) {
-    requests.fetch_add(1, Ordering::Relaxed);
-    let is_chat = serde_json::from_slice::<Value>(&body).is_ok_and(|v| v["messages"].is_array());
-    if !is_chat {
+    state.requests.fetch_add(1, Ordering::Relaxed);
+    let request = serde_json::from_slice::<Value>(&body).unwrap_or_default();
+    if !request["messages"].is_array() {
         let error =
             json!({"error": {"message": "not a chat request", "type": "invalid_request_error"}});
         return (StatusCode::BAD_REQUEST, axum::Json(error));
@@ -353,7 +370,7 @@ async fn completion(
     let answer = json!({
         "id": "chatcmpl-bench", "object": "chat.completion", "created": 1_700_000_000u64,
         "model": MODEL,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "pong"},
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": (state.answer)(&request)},
                      "finish_reason": "stop"}],
         "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
                   "total_tokens": prompt + completion},

@@ -46,6 +46,7 @@ impl Engine for NoopEngine {
                 isolation: None,
                 usage: None,
                 agent_usage: None,
+                phases: None,
                 attempts: Vec::new(),
             }
         })

@@ -25,6 +25,7 @@ pub mod invoke;
 pub mod machine;
 pub mod stats;
 pub mod table5;
+pub mod terminal;
 pub mod trial;
 
 use crate::command::{CliError, CliResult, print_json};
