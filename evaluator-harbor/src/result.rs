@@ -433,6 +433,16 @@ pub struct EvaluationResult {
     pub shared_usage: Option<crate::gateway::TrialUsage>,
 }
 
+impl EvaluationResult {
+    /// Add the calls metered for the evaluation as a whole (see [`Self::shared_usage`]).
+    pub fn charge_shared(&mut self, usage: Option<crate::gateway::TrialUsage>) {
+        if let Some(u) = usage {
+            self.cost_usd += u.usd;
+            self.shared_usage = Some(u);
+        }
+    }
+}
+
 /// The reward a trial contributes, if it is scoreable under `policy`.
 pub fn scoreable_reward(t: &TrialResult, policy: &ScoringPolicy) -> Option<f64> {
     match t.status {

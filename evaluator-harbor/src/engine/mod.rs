@@ -367,10 +367,7 @@ pub async fn run_evaluation(
     );
     r.trials
         .sort_by(|a, b| a.task.cmp(&b.task).then(a.repetition.cmp(&b.repetition)));
-    if let Some(u) = shared_usage {
-        r.cost_usd += u.usd;
-        r.shared_usage = Some(u);
-    }
+    r.charge_shared(shared_usage);
     if let Ok(json) = serde_json::to_vec_pretty(&r) {
         let _ = std::fs::create_dir_all(&plan.out_dir);
         let _ = std::fs::write(plan.out_dir.join("evaluation.json"), json);

@@ -236,10 +236,7 @@ pub(crate) async fn evaluate_with(
                 started.elapsed().as_secs_f64(),
             );
             // Calls metered for the fresh trials' job as a whole (the harbor engine).
-            if let Some(u) = shared_usage {
-                result.cost_usd += u.usd;
-                result.shared_usage = Some(u);
-            }
+            result.charge_shared(shared_usage);
             result
         }
     };
