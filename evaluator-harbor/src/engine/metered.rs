@@ -165,7 +165,8 @@ fn conclude(result: &mut TrialResult, rec: Records<'_>, metered: Option<&TrialMo
     }
 }
 
-fn write_exchanges(trial_dir: &Path, log: &TrialModelLog) {
+/// `log`'s exchanges as `dir/gateway.jsonl`, one JSON line each.
+pub(crate) fn write_exchanges(dir: &Path, log: &TrialModelLog) {
     let mut out = Vec::new();
     for ex in &log.exchanges {
         if let Ok(line) = serde_json::to_vec(ex) {
@@ -173,7 +174,7 @@ fn write_exchanges(trial_dir: &Path, log: &TrialModelLog) {
             out.push(b'\n');
         }
     }
-    let _ = std::fs::write(trial_dir.join(GATEWAY_LOG_FILE), out);
+    let _ = std::fs::write(dir.join(GATEWAY_LOG_FILE), out);
 }
 
 /// A trial's phase timeouts: the task's, times the evaluation's multipliers (which also

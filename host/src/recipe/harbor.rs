@@ -227,20 +227,10 @@ pub fn is_registry_name(dataset: &str, base: &Path) -> bool {
 /// (`--registry-url`). For a mirror, or an offline machine with a local registry.
 pub const REGISTRY_ENV: &str = "EVOLVE_HARBOR_REGISTRY";
 
-/// The `harbor` CLI, found as the harbor engine finds it: `EVOLVE_HARBOR_BIN`, the CI
-/// set-up's venv, then `PATH`.
+/// The `harbor` CLI, found as the harbor engine finds it
+/// ([`evaluator_harbor::engine::harbor::locate_cli`]).
 pub fn harbor_bin() -> Option<PathBuf> {
-    use evaluator_harbor::engine::harbor::CI_HARBOR_BIN;
-    if let Some(b) = std::env::var_os("EVOLVE_HARBOR_BIN") {
-        return Some(PathBuf::from(b));
-    }
-    let ci = PathBuf::from(CI_HARBOR_BIN);
-    if ci.is_file() {
-        return Some(ci);
-    }
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|d| d.join("harbor"))
-        .find(|p| p.is_file())
+    evaluator_harbor::engine::harbor::locate_cli().map(|(bin, _)| bin)
 }
 
 /// How to point the recipe at a local copy instead, for an error message.

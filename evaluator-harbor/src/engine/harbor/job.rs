@@ -346,7 +346,8 @@ async fn run_group(
         None => None,
     };
     if let Some(log) = &metered {
-        write_exchanges(dataset, log);
+        // The job's exchanges, beside its log.
+        crate::engine::metered::write_exchanges(dataset, log);
         add_usage(shared, &log.usage);
     }
     let found = trials_in(&job_dir);
@@ -415,18 +416,6 @@ fn with_fixed(fixed: &JobModelAccess, extra: JobModelAccess) -> JobModelAccess {
         a.path = extra.path;
     }
     a
-}
-
-/// The job's exchanges with the gateway, one JSON line each, beside its log.
-fn write_exchanges(dataset: &Path, log: &TrialModelLog) {
-    let mut out = Vec::new();
-    for ex in &log.exchanges {
-        if let Ok(line) = serde_json::to_vec(ex) {
-            out.extend(line);
-            out.push(b'\n');
-        }
-    }
-    let _ = std::fs::write(dataset.join(crate::engine::metered::GATEWAY_LOG_FILE), out);
 }
 
 fn add_usage(shared: &mut Option<TrialUsage>, u: &TrialUsage) {

@@ -90,18 +90,25 @@ fn on_path(name: &str) -> Option<PathBuf> {
     })
 }
 
+/// Where the `harbor` CLI is, and what said so: `$EVOLVE_HARBOR_BIN` (as given, even if
+/// missing, so that a wrong setting is reported rather than passed over), then
+/// ci-setup.sh's venv, then `harbor` on PATH. `None` when none names one.
+pub fn locate_cli() -> Option<(PathBuf, &'static str)> {
+    std::env::var_os("EVOLVE_HARBOR_BIN")
+        .map(|b| (PathBuf::from(b), "EVOLVE_HARBOR_BIN"))
+        .or_else(|| {
+            Some(PathBuf::from(CI_HARBOR_BIN))
+                .filter(|p| p.is_file())
+                .map(|p| (p, "ci-setup.sh's venv"))
+        })
+        .or_else(|| on_path("harbor").map(|p| (p, "PATH")))
+}
+
 impl HarborEngine {
-    /// Find the CLI: `$EVOLVE_HARBOR_BIN`, then ci-setup.sh's venv, then `harbor` on PATH;
-    /// fail (before any trial) unless it exists, is executable and answers `--version`.
+    /// Find the CLI ([`locate_cli`]); fail (before any trial) unless it exists, is
+    /// executable and answers `--version`.
     pub fn discover(options: HarborOptions) -> Result<HarborEngine> {
-        let (bin, origin) = std::env::var_os("EVOLVE_HARBOR_BIN")
-            .map(|b| (PathBuf::from(b), "EVOLVE_HARBOR_BIN"))
-            .or_else(|| {
-                Some(PathBuf::from(CI_HARBOR_BIN))
-                    .filter(|p| p.is_file())
-                    .map(|p| (p, "ci-setup.sh's venv"))
-            })
-            .or_else(|| on_path("harbor").map(|p| (p, "PATH")))
+        let (bin, origin) = locate_cli()
             .ok_or_else(|| {
                 Error::infra("the `harbor` CLI was not found (EVOLVE_HARBOR_BIN is unset and no `harbor` is on PATH)")
                     .hint(INSTALL_HINT)
