@@ -99,6 +99,9 @@ pub struct Recipe {
     pub evaluator: Evaluator,
     #[serde(default)]
     pub model: Option<Value>,
+    /// Named models (`models: {judge: {...}}`), checked by `crate::model::named_models`.
+    #[serde(default)]
+    pub models: Option<Value>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -416,6 +419,10 @@ pub fn schema() -> Schema {
                     .field("max_retries", integer().minimum(0.0).maximum(10.0).description("Retries on 429, 5xx and connection errors (default 3)"))
                     .field("max_tokens", integer().minimum(1.0).description("Cap on an operator's max-tokens (default 4096)")),
             ),
+        )
+        .field(
+            "models",
+            json().description("Named models for `model.complete` (`{judge: {model: M, prices: {...}}}`): each entry takes the `model:` block's keys, gives its own `model` and `prices` and inherits the rest; see docs/model.md"),
         )
         .refine(cross_checks)
         .build()

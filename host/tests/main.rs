@@ -30,6 +30,7 @@ mod integrity;
 mod layers;
 mod lifecycle;
 mod model_http;
+mod model_tools;
 mod protocol;
 mod recovery;
 mod rrsi;

@@ -186,9 +186,19 @@ pub(super) fn model_client(recipe: &Recipe) -> Result<Option<crate::model::Model
     let block = recipe.model.clone().unwrap_or(Value::Null);
     let config = crate::model::ModelConfig::from_recipe(&block)
         .map_err(|e| RunError::new(format!("recipe {e}")))?;
+    let models = recipe.models.clone().unwrap_or(Value::Null);
+    let named = crate::model::named_models(&models, &block)
+        .map_err(|e| RunError::new(format!("recipe {e}")))?;
+    if config.is_none() && !named.is_empty() {
+        return Err(RunError::new(
+            "recipe models: named models inherit from the `model:` block, and none is configured",
+        ));
+    }
     config
         .map(|c| {
-            crate::model::ModelClient::new(c).map_err(|e| RunError::new(format!("recipe {e}")))
+            crate::model::ModelClient::new(c)
+                .and_then(|client| client.with_models(named))
+                .map_err(|e| RunError::new(format!("recipe {e}")))
         })
         .transpose()
 }

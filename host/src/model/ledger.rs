@@ -49,6 +49,9 @@ enum Line {
         /// The directory of the stage's `model.jsonl`.
         #[serde(default)]
         log: String,
+        /// The recipe's named model the call used (`models:`); absent for `model:`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
     },
     Settle {
         settle: String,
@@ -66,6 +69,8 @@ pub struct Call {
     pub settled_usd: Option<f64>,
     /// The directory of the stage's `model.jsonl`.
     pub log: String,
+    /// The named model the call used (`models:`), `None` for the `model:` block.
+    pub model: Option<String>,
 }
 
 impl Call {
@@ -95,12 +100,19 @@ impl SpendLedger {
 
     /// Write a reservation of `usd` and sync it to disk; returns its id. Called before
     /// the request is sent: if this fails, the call must not be made.
-    pub(crate) fn reserve(&self, usd: f64, log_dir: &Path) -> std::io::Result<String> {
+    /// `model` is the recipe's named model the call uses (`models:`), if any.
+    pub(crate) fn reserve(
+        &self,
+        usd: f64,
+        log_dir: &Path,
+        model: Option<&str>,
+    ) -> std::io::Result<String> {
         let id = format!("{}-{}", self.run, self.next.fetch_add(1, Ordering::Relaxed));
         let line = Line::Reserve {
             reserve: id.clone(),
             usd,
             log: log_dir.display().to_string(),
+            model: model.map(str::to_string),
         };
         self.write(&line, true)?;
         Ok(id)
@@ -159,11 +171,17 @@ pub fn calls(path: &Path) -> std::io::Result<Vec<Call>> {
     let mut calls: Vec<Call> = Vec::new();
     for line in text.lines() {
         match serde_json::from_str::<Line>(line) {
-            Ok(Line::Reserve { reserve, usd, log }) => calls.push(Call {
+            Ok(Line::Reserve {
+                reserve,
+                usd,
+                log,
+                model,
+            }) => calls.push(Call {
                 id: reserve,
                 reserved_usd: amount(usd),
                 settled_usd: None,
                 log,
+                model,
             }),
             Ok(Line::Settle { settle, usd }) => {
                 if let Some(call) = calls.iter_mut().rev().find(|c| c.id == settle) {
@@ -206,11 +224,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ledger = SpendLedger::new(dir.path().join(LEDGER_FILE));
         let log = dir.path().join("runs/gen-1/mutate/model");
-        let archived = ledger.reserve(0.5, &log).unwrap();
+        let archived = ledger.reserve(0.5, &log, None).unwrap();
         ledger.settle(&archived, 0.25);
-        let answered = ledger.reserve(0.01, &log).unwrap();
+        let answered = ledger.reserve(0.01, &log, None).unwrap();
         ledger.settle(&answered, 0.004);
-        let in_flight = ledger.reserve(0.02, &log).unwrap();
+        let in_flight = ledger.reserve(0.02, &log, None).unwrap();
         let calls = calls(ledger.path()).unwrap();
         assert_eq!(ids(&calls), [&archived, &answered, &in_flight]);
         assert_eq!(calls[2].log, log.display().to_string());

@@ -7,9 +7,13 @@
 
 use super::budget::{Bill, BudgetPool, estimate_input_tokens, estimate_output_tokens};
 use super::client::{Attempt, Completion, ModelClient};
+use super::complete;
+use super::gateway::request::estimate_request_tokens;
 use crate::sandbox::BoxFuture;
 use crate::sandbox::ModelBackend;
-use crate::sandbox::model::{ChatRequest, ChatResponse, ModelError, Role};
+use crate::sandbox::model::{
+    ChatRequest, ChatResponse, Completion as Completed, CompletionRequest, ModelError, Role,
+};
 use bytes::Bytes;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -230,6 +234,8 @@ impl MeteredModel {
                 call,
                 max_tokens: None,
                 body: &body,
+                client: &self.client,
+                named: None,
             };
             self.write_log(
                 &line,
@@ -248,9 +254,74 @@ impl MeteredModel {
             max_tokens,
             input_estimate: estimate_input_tokens(&request),
         };
-        let answer = self.run(call, out).await?;
+        let answer = self.run(call, out, &self.client, None).await?;
         Ok(ChatResponse {
             content: answer.completion.content,
+            input_tokens: answer.input_tokens,
+            output_tokens: answer.output_tokens,
+            usd: answer.usd,
+        })
+    }
+
+    /// The `complete` path: the request checked (its named model known), written as
+    /// OpenAI's body and sent through the same [`run`](Self::run) as `chat`.
+    async fn call_complete(&self, request: CompletionRequest) -> Result<Completed, ModelError> {
+        let call = self.next_call();
+        let named = request.model.as_deref();
+        let (client, problem) = match named {
+            None => (&self.client, None),
+            Some(name) => match self.client.named(name) {
+                Some(c) => (c, None),
+                None => {
+                    let known = self.client.model_names();
+                    let known = if known.is_empty() {
+                        "the recipe names none (`models:`)".to_string()
+                    } else {
+                        format!("known: {}", known.join(", "))
+                    };
+                    let why = format!(
+                        "model `{}` is not one of the recipe's models ({known})",
+                        name.escape_debug()
+                    );
+                    (&self.client, Some(why))
+                }
+            },
+        };
+        let config = client.config();
+        let mut body = complete::body(&config.model, &request);
+        if let Some(why) = problem.or_else(|| complete::check(&request).err()) {
+            let line = LogLine {
+                call,
+                max_tokens: None,
+                body: &body,
+                client,
+                named,
+            };
+            self.write_log(
+                &line,
+                0,
+                json!({"outcome": "invalid_request", "error": why}),
+            );
+            return Err(ModelError::InvalidRequest(why));
+        }
+        let max_tokens = request
+            .max_tokens
+            .unwrap_or(config.max_tokens)
+            .min(config.max_tokens);
+        body["max_tokens"] = json!(max_tokens);
+        let input_estimate = estimate_request_tokens(&body);
+        let out = Outgoing {
+            body,
+            max_tokens,
+            input_estimate,
+        };
+        let answer = self.run(call, out, client, named).await?;
+        let (content, tool_calls, finish_reason) =
+            complete::read_answer(&answer.completion).map_err(ModelError::Failed)?;
+        Ok(Completed {
+            content,
+            tool_calls,
+            finish_reason,
             input_tokens: answer.input_tokens,
             output_tokens: answer.output_tokens,
             usd: answer.usd,
@@ -261,7 +332,7 @@ impl MeteredModel {
     /// metering, ledger and log as the typed one.
     pub(crate) async fn forward(&self, out: Outgoing) -> Result<Answer, CallError> {
         let call = self.next_call();
-        self.run(call, out).await
+        self.run(call, out, &self.client, None).await
     }
 
     /// What `out` may cost at most: its input estimate and its token cap, priced.
@@ -272,13 +343,25 @@ impl MeteredModel {
             .usd(out.input_estimate, u64::from(out.max_tokens))
     }
 
-    /// Reserve the worst case (or refuse), record it in the ledger, send, settle.
-    async fn run(&self, call: u64, out: Outgoing) -> Result<Answer, CallError> {
-        let worst_usd = self.worst_case_usd(&out);
+    /// Reserve the worst case (or refuse), record it in the ledger, send, settle; to
+    /// `client` (the scope's own, or one of its named models, `named`).
+    async fn run(
+        &self,
+        call: u64,
+        out: Outgoing,
+        client: &ModelClient,
+        named: Option<&str>,
+    ) -> Result<Answer, CallError> {
+        let worst_usd = client
+            .config()
+            .prices
+            .usd(out.input_estimate, u64::from(out.max_tokens));
         let line = LogLine {
             call,
             max_tokens: Some(out.max_tokens),
             body: &out.body,
+            client,
+            named,
         };
         if let Err(remaining) = self.pool.reserve(worst_usd) {
             self.lock().usage.refused_by_budget += 1;
@@ -304,7 +387,7 @@ impl MeteredModel {
         // Durably, before anything is sent: a run killed during the call still pays.
         if let Some(ledger) = self.client.ledger().filter(|_| worst_usd > 0.0) {
             let dir = self.log_path().parent().unwrap_or(Path::new(""));
-            match ledger.reserve(worst_usd, dir) {
+            match ledger.reserve(worst_usd, dir, named) {
                 Ok(id) => reservation.ledger_id = Some(id),
                 Err(e) => {
                     reservation.settle(0.0); // nothing was sent
@@ -332,7 +415,8 @@ impl MeteredModel {
         input_estimate: u64,
         worst_usd: f64,
     ) -> (Result<Answer, CallError>, f64) {
-        let config = self.client.config();
+        let client = line.client;
+        let config = client.config();
         let deadline = Instant::now() + Duration::from_secs_f64(config.timeout_s);
         let attempts = config.max_retries + 1;
         let (mut last_reason, mut last_status) = (String::new(), None);
@@ -343,12 +427,12 @@ impl MeteredModel {
                 Attempt::Timeout
             } else {
                 self.lock().usage.attempts += 1;
-                self.client.attempt(body.clone(), left).await
+                client.attempt(body.clone(), left).await
             };
             let latency_ms = started.elapsed().as_millis() as u64;
             match outcome {
                 Attempt::Ok { status, completion } => {
-                    let answer = self.meter(completion, input_estimate);
+                    let answer = self.meter(completion, input_estimate, client);
                     self.write_log(
                         line,
                         attempt,
@@ -361,6 +445,8 @@ impl MeteredModel {
                             "usage_estimated": answer.estimated,
                             "usd": answer.usd,
                             "answer": answer.completion.content,
+                            "tool_calls": answer.completion.message().get("tool_calls"),
+                            "finish_reason": answer.completion.json["choices"][0].get("finish_reason"),
                         }),
                     );
                     self.client.note_call(None);
@@ -463,12 +549,12 @@ impl MeteredModel {
     }
 
     /// Charge an answer: the provider's reported usage, else estimates.
-    fn meter(&self, completion: Completion, input_estimate: u64) -> Answer {
+    fn meter(&self, completion: Completion, input_estimate: u64, client: &ModelClient) -> Answer {
         let estimated = completion.usage.is_none();
         let (input_tokens, output_tokens) = completion
             .usage
             .unwrap_or_else(|| (input_estimate, estimate_output_tokens(&completion)));
-        let usd = self.client.config().prices.usd(input_tokens, output_tokens);
+        let usd = client.config().prices.usd(input_tokens, output_tokens);
         let mut s = self.lock();
         s.usage.succeeded += 1;
         s.usage.input_tokens += input_tokens;
@@ -501,13 +587,27 @@ impl MeteredModel {
             "temperature": field("temperature"),
             "messages": field("messages"),
         });
-        if let Some(tools) = line.body.get("tools") {
-            record["tools"] = tools.clone();
+        if let Some(name) = line.named {
+            record["named_model"] = json!(name);
+        }
+        for key in [
+            "tools",
+            "tool_choice",
+            "reasoning_effort",
+            "response_format",
+        ] {
+            if let Some(v) = line.body.get(key) {
+                record[key] = v.clone();
+            }
         }
         if let (Some(record), Value::Object(outcome)) = (record.as_object_mut(), outcome) {
             record.extend(outcome);
         }
-        let record = self.client.redactor().redact_value(record);
+        let mut record = self.client.redactor().redact_value(record);
+        if !std::ptr::eq(line.client, &self.client) {
+            // A named model's own endpoint and key.
+            record = line.client.redactor().redact_value(record);
+        }
         let mut text = serde_json::to_string(&record).expect("a JSON value serializes");
         text.push('\n');
         let _guard = self.log.lock().unwrap_or_else(|p| p.into_inner());
@@ -530,6 +630,9 @@ impl MeteredModel {
 impl ModelBackend for MeteredModel {
     fn chat(&self, request: ChatRequest) -> BoxFuture<'_, Result<ChatResponse, ModelError>> {
         Box::pin(self.call(request))
+    }
+    fn complete(&self, request: CompletionRequest) -> BoxFuture<'_, Result<Completed, ModelError>> {
+        Box::pin(self.call_complete(request))
     }
 }
 
@@ -575,8 +678,13 @@ impl Drop for Reservation<'_> {
 struct LogLine<'a> {
     call: u64,
     max_tokens: Option<u32>,
-    /// The request's JSON: its `model`, `messages`, `temperature` and `tools` are logged.
+    /// The request's JSON: its `model`, `messages`, `temperature`, `tools`,
+    /// `tool_choice`, `reasoning_effort` and `response_format` are logged.
     body: &'a Value,
+    /// The client the call goes to: the scope's own, or a named model's.
+    client: &'a ModelClient,
+    /// The recipe's named model, when the call names one.
+    named: Option<&'a str>,
 }
 
 fn check_request(request: &ChatRequest) -> Result<(), String> {

@@ -19,10 +19,12 @@
 
 mod budget;
 mod client;
+mod complete;
 mod config;
 pub mod gateway;
 pub mod ledger;
 mod meter;
+mod named;
 mod needs;
 mod redact;
 
@@ -35,6 +37,7 @@ pub use config::{
 pub use gateway::{Gateway, GatewayConfig, GatewayPolicy};
 pub use ledger::SpendLedger;
 pub use meter::{LOG_FILE, MeteredModel, Usage};
+pub use named::{named_models, named_models_with_env, valid_model_name};
 pub use needs::{
     ModelCheck, check_init_model, check_recipe_model, note_missing_model, stages_calling_model,
 };

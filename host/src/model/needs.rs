@@ -65,8 +65,40 @@ pub async fn check_recipe_model(
     probe: bool,
 ) -> ModelCheck {
     let mut check = check_operators_model(sb, recipe, base, probe).await;
+    check_named_models(recipe, probe, &mut check);
     check_agent_model(recipe, probe, &mut check).await;
     check
+}
+
+/// The recipe's `models:` map: every entry's problems, naming `models.<name>.<field>`
+/// (an unset endpoint only without `probe`, as for `model:`, a note).
+fn check_named_models(recipe: &Recipe, probe: bool, check: &mut ModelCheck) {
+    let Some(models) = recipe.models.as_ref().filter(|m| !m.is_null()) else {
+        return;
+    };
+    let base = recipe.model.clone().unwrap_or(Value::Null);
+    match super::named_models(models, &base) {
+        Err(errors) => {
+            for e in errors.0 {
+                if e.unset && !probe {
+                    let note = format!("{}: {}; `evolve run` needs it", e.field, e.message);
+                    check.notes.push(note);
+                } else {
+                    check.problems.push((e.field, e.message));
+                }
+            }
+        }
+        Ok(named) if !named.is_empty() => {
+            let has_default = ModelConfig::from_recipe(&base).is_ok_and(|c| c.is_some());
+            if !has_default && !check.problems.iter().any(|(f, _)| f.starts_with("model")) {
+                check.problems.push((
+                    "models".into(),
+                    "named models inherit from the `model:` block (or EVOLVE_MODEL_ENDPOINT and EVOLVE_MODEL), and none is configured".into(),
+                ));
+            }
+        }
+        Ok(_) => {}
+    }
 }
 
 /// The recipe's `evaluator.model` (the agent's model, behind the gateway): every problem

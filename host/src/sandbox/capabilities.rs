@@ -5,7 +5,9 @@
 //! endpoint, budget and train split). A stage whose world does not import a capability
 //! never has it linked, so a component importing it is refused before it runs.
 
-use super::bindings::model::{self, ChatRequest, ChatResponse, ModelError};
+use super::bindings::model::{
+    self, ChatRequest, ChatResponse, Completion, CompletionRequest, ModelError,
+};
 use super::bindings::tasks::{self, RunRequest, TasksError, TrialReport};
 use super::bindings::types;
 use std::future::Future;
@@ -17,6 +19,9 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// Chat completion, metered and logged by the implementation.
 pub trait ModelBackend: Send + Sync {
     fn chat(&self, request: ChatRequest) -> BoxFuture<'_, Result<ChatResponse, ModelError>>;
+    /// A completion with tools and a named model (`model.complete`).
+    fn complete(&self, request: CompletionRequest)
+    -> BoxFuture<'_, Result<Completion, ModelError>>;
 }
 
 /// Trials of the calling stage's candidate on train tasks only.
@@ -46,12 +51,17 @@ pub struct NoModel;
 
 impl ModelBackend for NoModel {
     fn chat(&self, _: ChatRequest) -> BoxFuture<'_, Result<ChatResponse, ModelError>> {
-        Box::pin(async {
-            Err(ModelError::Unavailable(
-                "no model is configured for this experiment (set `model:` in the recipe)".into(),
-            ))
-        })
+        Box::pin(async { Err(no_model()) })
     }
+    fn complete(&self, _: CompletionRequest) -> BoxFuture<'_, Result<Completion, ModelError>> {
+        Box::pin(async { Err(no_model()) })
+    }
+}
+
+fn no_model() -> ModelError {
+    ModelError::Unavailable(
+        "no model is configured for this experiment (set `model:` in the recipe)".into(),
+    )
 }
 
 /// The answer when no train tasks are available to this call.
@@ -75,6 +85,9 @@ impl types::Host for Capabilities {}
 impl model::Host for Capabilities {
     async fn chat(&mut self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
         self.model.chat(request).await
+    }
+    async fn complete(&mut self, request: CompletionRequest) -> Result<Completion, ModelError> {
+        self.model.complete(request).await
     }
 }
 

@@ -1,13 +1,25 @@
-//! A scripted OpenAI-compatible chat server on 127.0.0.1 (a test double for a paid API):
-//! every answer is `content` with 1,000 prompt and 500 completion tokens.
+//! A scripted OpenAI-compatible chat server on 127.0.0.1 (a test double for a paid API).
+//!
+//! [`chat_server`]: every answer is `content` with 1,000 prompt and 500 completion tokens.
+//! [`scripted_chat`]: a sequence of [`Answer`]s (text and/or tool calls, token counts of
+//! their own), with every request body kept for the test to read:
+//!
+//! ```ignore
+//! let chat = scripted_chat(vec![
+//!     Answer::call("c1", "read_file", json!({"path": "prompt.md"})),
+//!     Answer::text("done").tokens(200, 10),
+//! ]);
+//! // ... point `model.endpoint` at chat.url, run ...
+//! assert_eq!(chat.requests()[1]["messages"][2]["role"], "tool");
+//! ```
 
 #![allow(dead_code)]
 
-use serde_json::json;
+use serde_json::{Value, json};
 use std::path::Path;
 use std::process::Output;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// One HTTP/1.1 request as it arrived: its head (request line and headers) and its body.
 pub struct Request {
@@ -69,7 +81,6 @@ pub fn chat_server_holding(content: &'static str, hold: usize) -> (String, Arc<A
 }
 
 fn serve(content: &'static str, hold: Option<usize>) -> (String, Arc<AtomicUsize>) {
-    use std::io::Write;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/v1", listener.local_addr().unwrap());
     let calls = Arc::new(AtomicUsize::new(0));
@@ -88,15 +99,140 @@ fn serve(content: &'static str, hold: Option<usize>) -> (String, Arc<AtomicUsize
                     continue;
                 }
             }
-            let body = json!({"choices": [{"message": {"role": "assistant", "content": content}}], "usage": {"prompt_tokens": 1000, "completion_tokens": 500}}).to_string();
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
+            respond(&mut stream, &Answer::text(content).json());
         }
     });
     (url, calls)
+}
+
+/// Write `body` as a 200 JSON answer and close.
+fn respond(stream: &mut std::net::TcpStream, body: &Value) {
+    use std::io::Write;
+    let body = body.to_string();
+    let _ = write!(
+        stream,
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+}
+
+/// One scripted chat completion: text and/or tool calls, and the usage it reports.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    pub content: Option<String>,
+    /// (id, function name, arguments as JSON text).
+    pub tool_calls: Vec<(String, String, String)>,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+impl Answer {
+    /// A text answer, with 1,000 prompt and 500 completion tokens.
+    pub fn text(content: &str) -> Answer {
+        Answer {
+            content: Some(content.to_string()),
+            tool_calls: Vec::new(),
+            prompt_tokens: 1000,
+            completion_tokens: 500,
+        }
+    }
+
+    /// An answer that is one tool call and no text (`finish_reason: tool_calls`).
+    pub fn call(id: &str, name: &str, arguments: Value) -> Answer {
+        Answer {
+            content: None,
+            ..Answer::text("")
+        }
+        .and_call(id, name, arguments)
+    }
+
+    /// This answer with one more tool call.
+    pub fn and_call(mut self, id: &str, name: &str, arguments: Value) -> Answer {
+        self.tool_calls
+            .push((id.into(), name.into(), arguments.to_string()));
+        self
+    }
+
+    /// This answer reporting other token counts.
+    pub fn tokens(mut self, prompt: u64, completion: u64) -> Answer {
+        (self.prompt_tokens, self.completion_tokens) = (prompt, completion);
+        self
+    }
+
+    /// The chat completion body, as OpenAI sends it.
+    pub fn json(&self) -> Value {
+        let mut message = json!({"role": "assistant", "content": self.content});
+        if !self.tool_calls.is_empty() {
+            message["tool_calls"] = self
+                .tool_calls
+                .iter()
+                .map(|(id, name, args)| {
+                    json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}})
+                })
+                .collect();
+        }
+        let finish = if self.tool_calls.is_empty() {
+            "stop"
+        } else {
+            "tool_calls"
+        };
+        json!({
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens},
+        })
+    }
+}
+
+/// A running [`scripted_chat`] server.
+pub struct ScriptedChat {
+    /// The base URL (`http://127.0.0.1:PORT/v1`), for `model.endpoint`.
+    pub url: String,
+    requests: Arc<Mutex<Vec<Value>>>,
+}
+
+impl ScriptedChat {
+    /// The body of every chat completion request so far, in order (a body that is not
+    /// JSON is kept as a string).
+    pub fn requests(&self) -> Vec<Value> {
+        self.requests.lock().unwrap().clone()
+    }
+
+    /// How many chat completion requests arrived.
+    pub fn calls(&self) -> usize {
+        self.requests.lock().unwrap().len()
+    }
+}
+
+/// A server answering its chat completions with `answers` in order; once they run out,
+/// the last one again (an empty text if there were none). The endpoint probe
+/// (`GET /models`) is answered and not counted.
+pub fn scripted_chat(answers: Vec<Answer>) -> ScriptedChat {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let seen = requests.clone();
+    std::thread::spawn(move || {
+        let mut script = std::collections::VecDeque::from(answers);
+        let mut last = Answer::text("");
+        for mut stream in listener.incoming().flatten() {
+            let Some(request) = read_request(&mut stream) else {
+                continue;
+            };
+            if !request.is_post() {
+                respond(&mut stream, &json!({"data": []}));
+                continue;
+            }
+            let body = serde_json::from_slice(&request.body).unwrap_or_else(|_| {
+                Value::String(String::from_utf8_lossy(&request.body).into_owned())
+            });
+            seen.lock().unwrap().push(body);
+            if let Some(next) = script.pop_front() {
+                last = next;
+            }
+            respond(&mut stream, &last.json());
+        }
+    });
+    ScriptedChat { url, requests }
 }
 
 /// A server that answers the endpoint probe (its first request) and then stops

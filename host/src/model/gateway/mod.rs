@@ -12,7 +12,7 @@
 //! redacted, answers relayed with the key and endpoint removed. See `docs/model.md`.
 
 mod config;
-mod request;
+pub(crate) mod request;
 mod server;
 mod stream;
 
