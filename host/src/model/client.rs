@@ -46,7 +46,7 @@ pub struct ModelClient {
     inner: Arc<Inner>,
     /// The recipe's named models (`models:`), each a client sharing this one's pool and
     /// ledger ([`with_models`](Self::with_models)).
-    named: Arc<std::collections::BTreeMap<String, ModelClient>>,
+    pub(super) named: Arc<std::collections::BTreeMap<String, ModelClient>>,
 }
 
 struct Inner {
@@ -185,35 +185,6 @@ impl ModelClient {
             }),
             named: Default::default(),
         })
-    }
-
-    /// This client with the recipe's named models (`models:`, checked by
-    /// `super::named`), each sharing its connection pool and spend ledger. An error
-    /// names the field under `models.<name>`.
-    pub fn with_models(
-        mut self,
-        configs: std::collections::BTreeMap<String, ModelConfig>,
-    ) -> Result<Self, ModelConfigError> {
-        let mut named = std::collections::BTreeMap::new();
-        for (name, config) in configs {
-            let client = self.sharing(config).map_err(|mut e| {
-                e.field = e.field.replacen("model", &format!("models.{name}"), 1);
-                e
-            })?;
-            named.insert(name, client);
-        }
-        self.named = Arc::new(named);
-        Ok(self)
-    }
-
-    /// The named model `name`, if the recipe has one.
-    pub fn named(&self, name: &str) -> Option<&ModelClient> {
-        self.named.get(name)
-    }
-
-    /// The recipe's model names, sorted.
-    pub fn model_names(&self) -> Vec<&str> {
-        self.named.keys().map(String::as_str).collect()
     }
 
     pub fn config(&self) -> &ModelConfig {

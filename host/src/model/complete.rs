@@ -4,9 +4,83 @@
 //! back. The metering is `chat`'s (`super::meter`).
 
 use super::client::Completion as Answered;
-use crate::sandbox::model::{CompletionRequest, Tool, ToolCall, ToolChoice, Turn};
+use super::gateway::request::estimate_request_tokens;
+use super::meter::{LogLine, MeteredModel, Outgoing};
+use crate::sandbox::model::{
+    Completion, CompletionRequest, ModelError, Tool, ToolCall, ToolChoice, Turn,
+};
 use serde_json::{Map, Value, json};
 use std::collections::HashSet;
+
+impl MeteredModel {
+    /// The `complete` path: the request checked (its named model known), written as
+    /// OpenAI's body and sent through the same [`run`](Self::run) as `chat`.
+    pub(super) async fn call_complete(
+        &self,
+        request: CompletionRequest,
+    ) -> Result<Completion, ModelError> {
+        let call = self.next_call();
+        let named = request.model.as_deref();
+        let (client, problem) = match named {
+            None => (&self.client, None),
+            Some(name) => match self.client.named(name) {
+                Some(c) => (c, None),
+                None => {
+                    let known = self.client.model_names();
+                    let known = if known.is_empty() {
+                        "the recipe names none (`models:`)".to_string()
+                    } else {
+                        format!("known: {}", known.join(", "))
+                    };
+                    let why = format!(
+                        "model `{}` is not one of the recipe's models ({known})",
+                        name.escape_debug()
+                    );
+                    (&self.client, Some(why))
+                }
+            },
+        };
+        let config = client.config();
+        let mut body = body(&config.model, &request);
+        if let Some(why) = problem.or_else(|| check(&request).err()) {
+            let line = LogLine {
+                call,
+                max_tokens: None,
+                body: &body,
+                client,
+                named,
+            };
+            self.write_log(
+                &line,
+                0,
+                json!({"outcome": "invalid_request", "error": why}),
+            );
+            return Err(ModelError::InvalidRequest(why));
+        }
+        let max_tokens = request
+            .max_tokens
+            .unwrap_or(config.max_tokens)
+            .min(config.max_tokens);
+        body["max_tokens"] = json!(max_tokens);
+        let input_estimate = estimate_request_tokens(&body);
+        let out = Outgoing {
+            body,
+            max_tokens,
+            input_estimate,
+        };
+        let answer = self.run(call, out, client, named).await?;
+        let (content, tool_calls, finish_reason) =
+            read_answer(&answer.completion).map_err(ModelError::Failed)?;
+        Ok(Completion {
+            content,
+            tool_calls,
+            finish_reason,
+            input_tokens: answer.input_tokens,
+            output_tokens: answer.output_tokens,
+            usd: answer.usd,
+        })
+    }
+}
 
 /// Whether `name` fits OpenAI's function names: `[a-zA-Z0-9_-]{1,64}`.
 fn valid_tool_name(name: &str) -> bool {

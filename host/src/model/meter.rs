@@ -7,8 +7,6 @@
 
 use super::budget::{Bill, BudgetPool, estimate_input_tokens, estimate_output_tokens};
 use super::client::{Attempt, Completion, ModelClient};
-use super::complete;
-use super::gateway::request::estimate_request_tokens;
 use crate::sandbox::BoxFuture;
 use crate::sandbox::ModelBackend;
 use crate::sandbox::model::{
@@ -60,7 +58,7 @@ struct State {
 /// The lifecycle reads [`spent_usd`](Self::spent_usd) and [`usage`](Self::usage)
 /// after the stage; nothing the operator reports about its own usage is used.
 pub struct MeteredModel {
-    client: ModelClient,
+    pub(super) client: ModelClient,
     pool: Arc<BudgetPool>,
     /// `None`: no `model.jsonl` is written (a gateway given no log root).
     log_path: Option<PathBuf>,
@@ -210,7 +208,7 @@ impl MeteredModel {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn next_call(&self) -> u64 {
+    pub(super) fn next_call(&self) -> u64 {
         let mut s = self.lock();
         s.usage.calls += 1;
         s.usage.calls
@@ -263,71 +261,6 @@ impl MeteredModel {
         })
     }
 
-    /// The `complete` path: the request checked (its named model known), written as
-    /// OpenAI's body and sent through the same [`run`](Self::run) as `chat`.
-    async fn call_complete(&self, request: CompletionRequest) -> Result<Completed, ModelError> {
-        let call = self.next_call();
-        let named = request.model.as_deref();
-        let (client, problem) = match named {
-            None => (&self.client, None),
-            Some(name) => match self.client.named(name) {
-                Some(c) => (c, None),
-                None => {
-                    let known = self.client.model_names();
-                    let known = if known.is_empty() {
-                        "the recipe names none (`models:`)".to_string()
-                    } else {
-                        format!("known: {}", known.join(", "))
-                    };
-                    let why = format!(
-                        "model `{}` is not one of the recipe's models ({known})",
-                        name.escape_debug()
-                    );
-                    (&self.client, Some(why))
-                }
-            },
-        };
-        let config = client.config();
-        let mut body = complete::body(&config.model, &request);
-        if let Some(why) = problem.or_else(|| complete::check(&request).err()) {
-            let line = LogLine {
-                call,
-                max_tokens: None,
-                body: &body,
-                client,
-                named,
-            };
-            self.write_log(
-                &line,
-                0,
-                json!({"outcome": "invalid_request", "error": why}),
-            );
-            return Err(ModelError::InvalidRequest(why));
-        }
-        let max_tokens = request
-            .max_tokens
-            .unwrap_or(config.max_tokens)
-            .min(config.max_tokens);
-        body["max_tokens"] = json!(max_tokens);
-        let input_estimate = estimate_request_tokens(&body);
-        let out = Outgoing {
-            body,
-            max_tokens,
-            input_estimate,
-        };
-        let answer = self.run(call, out, client, named).await?;
-        let (content, tool_calls, finish_reason) =
-            complete::read_answer(&answer.completion).map_err(ModelError::Failed)?;
-        Ok(Completed {
-            content,
-            tool_calls,
-            finish_reason,
-            input_tokens: answer.input_tokens,
-            output_tokens: answer.output_tokens,
-            usd: answer.usd,
-        })
-    }
-
     /// Send a prepared request: the gateway's path into the same reservation, retries,
     /// metering, ledger and log as the typed one.
     pub(crate) async fn forward(&self, out: Outgoing) -> Result<Answer, CallError> {
@@ -345,7 +278,7 @@ impl MeteredModel {
 
     /// Reserve the worst case (or refuse), record it in the ledger, send, settle; to
     /// `client` (the scope's own, or one of its named models, `named`).
-    async fn run(
+    pub(super) async fn run(
         &self,
         call: u64,
         out: Outgoing,
@@ -573,7 +506,7 @@ impl MeteredModel {
     }
 
     /// Append one redacted JSON line; failures are counted in [`Usage::log_errors`].
-    fn write_log(&self, line: &LogLine<'_>, attempt: u32, outcome: Value) {
+    pub(super) fn write_log(&self, line: &LogLine<'_>, attempt: u32, outcome: Value) {
         let Some(log_path) = &self.log_path else {
             return;
         };
@@ -675,16 +608,16 @@ impl Drop for Reservation<'_> {
 }
 
 /// The parts of a log line every attempt of one call shares.
-struct LogLine<'a> {
-    call: u64,
-    max_tokens: Option<u32>,
+pub(super) struct LogLine<'a> {
+    pub call: u64,
+    pub max_tokens: Option<u32>,
     /// The request's JSON: its `model`, `messages`, `temperature`, `tools`,
     /// `tool_choice`, `reasoning_effort` and `response_format` are logged.
-    body: &'a Value,
+    pub body: &'a Value,
     /// The client the call goes to: the scope's own, or a named model's.
-    client: &'a ModelClient,
+    pub client: &'a ModelClient,
     /// The recipe's named model, when the call names one.
-    named: Option<&'a str>,
+    pub named: Option<&'a str>,
 }
 
 fn check_request(request: &ChatRequest) -> Result<(), String> {

@@ -7,9 +7,11 @@
 //! `max_retries`, `max_tokens`) is inherited from the `model:` block, environment
 //! fallbacks included, when the entry leaves it out. See docs/model.md.
 
+use super::client::ModelClient;
 use super::config::{ModelConfig, ModelConfigError, ModelConfigErrors};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Whether `name` is a valid model name: `[a-z][a-z0-9_]*`, at most 64 characters.
 pub fn valid_model_name(name: &str) -> bool {
@@ -103,6 +105,37 @@ pub fn named_models_with_env(
         Ok(found)
     } else {
         Err(ModelConfigErrors(errors))
+    }
+}
+
+impl ModelClient {
+    /// This client with the recipe's named models (`models:`, checked by
+    /// `super::named`), each sharing its connection pool and spend ledger. An error
+    /// names the field under `models.<name>`.
+    pub fn with_models(
+        mut self,
+        configs: BTreeMap<String, ModelConfig>,
+    ) -> Result<Self, ModelConfigError> {
+        let mut named = BTreeMap::new();
+        for (name, config) in configs {
+            let client = self.sharing(config).map_err(|mut e| {
+                e.field = e.field.replacen("model", &format!("models.{name}"), 1);
+                e
+            })?;
+            named.insert(name, client);
+        }
+        self.named = Arc::new(named);
+        Ok(self)
+    }
+
+    /// The named model `name`, if the recipe has one.
+    pub fn named(&self, name: &str) -> Option<&ModelClient> {
+        self.named.get(name)
+    }
+
+    /// The recipe's model names, sorted.
+    pub fn model_names(&self) -> Vec<&str> {
+        self.named.keys().map(String::as_str).collect()
     }
 }
 
