@@ -89,10 +89,13 @@ pub fn decide(
         } else {
             "the parent has no score"
         };
-        return discard(format!("{why} to compare with; child score {}", match finite(child) {
-            Some(cs) => shown(cs),
-            None => "none".to_string(),
-        }));
+        return discard(format!(
+            "{why} to compare with; child score {}",
+            match finite(child) {
+                Some(cs) => shown(cs),
+                None => "none".to_string(),
+            }
+        ));
     };
     let (cs, note) = match (finite(child), missing) {
         (Some(cs), _) => (cs, ""),

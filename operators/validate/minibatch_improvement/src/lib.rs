@@ -57,13 +57,11 @@ impl Operator for MinibatchImprovement {
             )
             .field(
                 "require_complete",
-                boolean()
-                    .default(json!(true))
-                    .description(
-                        "Reject an incomplete comparison (RSIHub); false scores the child's \
+                boolean().default(json!(true)).description(
+                    "Reject an incomplete comparison (RSIHub); false scores the child's \
                          timeouts without reward as 0 and leaves out tasks the parent has no \
                          score for",
-                    ),
+                ),
             )
             .field(
                 "tasks",
@@ -276,7 +274,11 @@ pub fn parent_minibatch(rollout: Option<&Evidence>, require_complete: bool) -> O
         }
     }
     let scored = score(&tasks, &reports, require_complete);
-    let total = scored.task_scores.iter().filter_map(|(_, s)| *s).sum::<f64>();
+    let total = scored
+        .task_scores
+        .iter()
+        .filter_map(|(_, s)| *s)
+        .sum::<f64>();
     if require_complete {
         return (!tasks.is_empty()).then_some(Parent {
             tasks,
@@ -796,7 +798,9 @@ mod tests {
             {"task": "predict-07", "repetition": 0, "status": "benchmark-complete", "reward": 0.25},
             {"task": "predict-05", "repetition": 0, "status": "infrastructure-failed", "reward": null},
         ]));
-        let three = ["predict-03", "predict-07", "predict-05"].map(String::from).to_vec();
+        let three = ["predict-03", "predict-07", "predict-05"]
+            .map(String::from)
+            .to_vec();
         assert_eq!(
             parent_minibatch(Some(&parent), true),
             Some(Parent {
@@ -882,16 +886,28 @@ mod tests {
         let table: Value =
             evolve_operator_sdk::serde_json::from_str(include_str!("../tests/rsihub_golden.json"))
                 .unwrap();
-        assert_eq!(table["operator"], "library/validate/minibatch_improvement.py");
+        assert_eq!(
+            table["operator"],
+            "library/validate/minibatch_improvement.py"
+        );
         let rows = table["rows"].as_array().unwrap();
         assert!(rows.len() >= 15);
         for r in rows {
             let dir = tempfile::tempdir().unwrap();
             let parent = rollout(Value::Array(
-                r["parent_trials"].as_array().unwrap().iter().map(trial_json).collect(),
+                r["parent_trials"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(trial_json)
+                    .collect(),
             ));
-            let child: Vec<TrialReport> =
-                r["child_trials"].as_array().unwrap().iter().map(trial_report).collect();
+            let child: Vec<TrialReport> = r["child_trials"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(trial_report)
+                .collect();
             let mut ran = false;
             let v = validate_with(
                 &ctx(r["config"].clone()),
@@ -913,7 +929,12 @@ mod tests {
                 v.reason
             );
             let complete = r["complete"].as_bool().unwrap();
-            assert_eq!(v.reason.contains("incomplete"), !complete, "row {name}: {}", v.reason);
+            assert_eq!(
+                v.reason.contains("incomplete"),
+                !complete,
+                "row {name}: {}",
+                v.reason
+            );
             if complete {
                 let comparison: Value = evolve_operator_sdk::serde_json::from_str(
                     &std::fs::read_to_string(dir.path().join(COMPARISON)).unwrap(),
