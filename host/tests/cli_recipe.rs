@@ -42,7 +42,7 @@ fn a_valid_recipe_is_normalized_by_its_operators() {
     // hillclimb's own default, filled in by the component.
     assert_eq!(
         v["recipe"]["operators"]["gate"]["config"],
-        serde_json::json!({"strict": true})
+        serde_json::json!({"strict": false, "missing_score": "zero"})
     );
     assert_eq!(v["recipe"]["operators"]["novelty"]["timeout_s"], 600.0);
 }

@@ -178,7 +178,7 @@ fn validate_and_novelty_scripts_edited_by_mutate_judge_the_same_generation() {
         "novelty/check.rhai",
         EDITED_NOVELTY,
         &extra,
-        ("hillclimb", json!({})),
+        ("hillclimb", json!({"strict": true})),
     );
     supply(&e, "operators/validate/check.rhai", ACCEPT);
     supply(&e, "operators/novelty/check.rhai", NOVEL);
@@ -216,7 +216,7 @@ fn validate_and_novelty_scripts_edited_by_mutate_judge_the_same_generation() {
         "validate/check.rhai",
         EDITED_VALIDATE,
         &extra,
-        ("hillclimb", json!({})),
+        ("hillclimb", json!({"strict": true})),
     );
     supply(&e, "operators/validate/check.rhai", ACCEPT);
     e.init();
@@ -328,7 +328,7 @@ fn gate_and_record_scripts_load_from_the_committed_child() {
         "record/notes.rhai",
         EDITED_RECORD,
         "",
-        ("hillclimb", json!({})),
+        ("hillclimb", json!({"strict": true})),
     );
     let recipe = std::fs::read_to_string(e.root().join("recipe.yaml"))
         .unwrap()
@@ -522,7 +522,12 @@ fn hostile_scripts_cannot_reach_the_evaluator_or_learn_a_private_task_name() {
         "  validate: {{operator: script, config: {}}}\n",
         script_binding("operators/validate/pry.rhai", None)
     );
-    let e = self_editing("unused.txt", "x", &extra, ("hillclimb", json!({})));
+    let e = self_editing(
+        "unused.txt",
+        "x",
+        &extra,
+        ("hillclimb", json!({"strict": true})),
+    );
     supply(&e, "operators/validate/pry.rhai", PRYING_VALIDATE);
     bind_script(
         &e,
@@ -629,7 +634,12 @@ fn runaway_scripts_end_as_typed_failures_with_their_line() {
 
     let bomb =
         "fn annotate(ctx, child) {\n  let s = \"xxxxxxxx\";\n  loop {\n    s += s;\n  }\n}\n";
-    let e = self_editing("unused.txt", "x", "", ("hillclimb", json!({})));
+    let e = self_editing(
+        "unused.txt",
+        "x",
+        "",
+        ("hillclimb", json!({"strict": true})),
+    );
     supply(&e, "operators/record/bomb.rhai", bomb);
     let recipe = std::fs::read_to_string(e.root().join("recipe.yaml"))
         .unwrap()

@@ -159,7 +159,7 @@ fn experiment(upstream: &Upstream) -> tempfile::TempDir {
          surface: {{include: [\"target/prompts/system.md\"]}}\n\
          operators:\n  select: {{operator: greedy}}\n  rollout: {{operator: noop}}\n\
          \x20 mutate: {{operator: {mutate}, timeout_s: 60, config: {{action: climb}}}}\n\
-         \x20 gate: {{operator: hillclimb}}\n  record: {{operator: notes}}\n\
+         \x20 gate: {{operator: hillclimb, config: {{strict: true}}}}\n  record: {{operator: notes}}\n\
          evaluator: {{engine: local, dataset: tasks, splits: {{train: 0.25, gate: 0.5, sealed: 0.25, seed: 0}}, \
          n_concurrent: 1, model: {{endpoint: \"{endpoint}\", model: terminal-m, api_key_env: {KEY_VAR}}}}}\n",
         mutate = component("scripted_mutate").display(),

@@ -230,7 +230,7 @@ fn experiment(server: &Scripted, root: &Path) {
          model: {{endpoint: \"{endpoint}\", model: mutator-m, api_key_env: {KEY_VAR}}}\n\
          operators:\n  select: {{operator: greedy}}\n  rollout: {{operator: noop}}\n\
          \x20 mutate: {{operator: reflective, timeout_s: 120, config: {{components: [target/mini.yaml]}}}}\n\
-         \x20 gate: {{operator: hillclimb}}\n  record: {{operator: notes}}\n\
+         \x20 gate: {{operator: hillclimb, config: {{strict: true}}}}\n  record: {{operator: notes}}\n\
          evaluator: {{engine: local, dataset: tasks, splits: {{train: 0.25, gate: 0.5, sealed: 0.25, seed: 0}}, \
          n_concurrent: 2, model: {{endpoint: \"{endpoint}\", model: terminal-m, api_key_env: {KEY_VAR}}}}}\n",
         endpoint = server.endpoint(),

@@ -18,7 +18,7 @@ pub const RECIPE: &str = "experiment: {name: bench, max_generations: 1000}\n\
     surface: {include: [\"target/**\"]}\n\
     operators:\n  select: {operator: greedy}\n  rollout: {operator: noop}\n  \
     mutate: {operator: perturb, config: {files: [{path: target/params.json, fields: [a]}]}}\n  \
-    gate: {operator: hillclimb}\n  record: {operator: notes}\n\
+    gate: {operator: hillclimb, config: {strict: true}}\n  record: {operator: notes}\n\
     evaluator: {dataset: tasks, anchor: {final: false}}\n";
 
 fn write(path: &Path, body: &str) -> Result<(), String> {

@@ -549,7 +549,8 @@ impl Driver {
         Ok(wit::CandidateDiff {
             changed_paths: changed.to_vec(),
             patch,
-            recent_accepted: self.recent_accepted_diffs(state, 5),
+            // novelty/diff_similarity compares with up to 16 (its history_k maximum).
+            recent_accepted: self.recent_accepted_diffs(state, 16),
         })
     }
 

@@ -468,7 +468,7 @@ fn recipe(spec: &Spec, components: &Path) -> String {
             .mutate_disk_mib
             .map_or(String::new(), |m| format!(", disk_mib: {m}"));
     let (gate_op, gate_cfg) = match &spec.gate {
-        GateSpec::Hillclimb => ("hillclimb".to_string(), json!({})),
+        GateSpec::Hillclimb => ("hillclimb".to_string(), json!({"strict": true})),
         GateSpec::Slow { sleep_ms } => (
             quoted(components.join("slow_gate.wasm")),
             json!({ "sleep_ms": sleep_ms }),

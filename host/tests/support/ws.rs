@@ -51,7 +51,7 @@ impl Default for Spec {
             tasks: 4,
             verifier_sleep: 0.0,
             mutate: json!({"action": "climb"}),
-            gate: ("hillclimb".into(), json!({})),
+            gate: ("hillclimb".into(), json!({"strict": true})),
             surface: vec!["target/value.txt".into()],
             generations: 2,
             extra_operators: String::new(),

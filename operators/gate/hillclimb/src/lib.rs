@@ -1,6 +1,10 @@
-//! gate/hillclimb: keep a child only if it beats its parent's score (strictly by
-//! default; `strict: false` also keeps ties). A child with no parent is kept when it has
-//! a finite score; a child without a score is discarded.
+//! gate/hillclimb: keep a child whose score is at least its parent's, as RSIHub's
+//! `library/gate/hillclimb.py` does: ties are kept by default, `strict: true` requires a
+//! strict improvement. A child with no parent row, or whose parent has no score, is
+//! discarded (there is nothing to climb from). A child without a score counts as 0.0, as
+//! in RSIHub (so against a parent at 0.0 it is kept unless `strict`);
+//! `missing_score: discard` discards it instead. The RSIHub table in
+//! `tests/rsihub_golden.json` pins these decisions.
 
 use evolve_operator_sdk::prelude::*;
 
@@ -9,20 +13,35 @@ pub struct Hillclimb;
 impl Operator for Hillclimb {
     const NAME: &'static str = "hillclimb";
     const SUMMARY: &'static str =
-        "Keep the child only if its score beats the parent's (ties too with strict: false).";
+        "Keep the child if its score is at least the parent's (strictly above with strict: true).";
 
     fn config() -> SchemaBuilder {
-        Schema::new().field(
-            "strict",
-            config::boolean()
-                .default(json!(true))
-                .description("Require child > parent; false accepts child >= parent"),
-        )
+        Schema::new()
+            .field(
+                "strict",
+                config::boolean()
+                    .default(json!(false))
+                    .description("Require child > parent; false (RSIHub's default) keeps child >= parent"),
+            )
+            .field(
+                "missing_score",
+                config::string()
+                    .default(json!("zero"))
+                    .choices([json!("zero"), json!("discard")])
+                    .description(
+                        "A child without a score: zero counts it as 0.0 (RSIHub), discard discards it",
+                    ),
+            )
     }
 }
 
-fn finite(row: &ArchiveRow) -> Option<f64> {
-    row.score.filter(|s| s.is_finite())
+/// What to do with a child that has no score.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MissingScore {
+    /// Count it as 0.0, as RSIHub's `float(child.get("score") or 0.0)` does.
+    Zero,
+    /// Discard the child: an unscored child never climbs.
+    Discard,
 }
 
 /// A score as `evolve log` shows it: four decimals.
@@ -42,51 +61,65 @@ fn shown_pair(a: f64, b: f64) -> (String, String) {
     (a.to_string(), b.to_string())
 }
 
-/// The decision for a child against its (optional) parent.
-pub fn decide(child: &ArchiveRow, parent: Option<&ArchiveRow>, strict: bool) -> GateDecision {
-    let (verdict, reason) = match (finite(child), parent) {
-        (None, None) => (
-            Verdict::Discard,
-            "child has no score; no parent".to_string(),
-        ),
-        (None, Some(p)) => (
-            Verdict::Discard,
-            match finite(p) {
-                Some(ps) => format!("child has no score; parent score {}", shown(ps)),
-                None => "child has no score; parent has no score".to_string(),
-            },
-        ),
-        (Some(cs), None) => (
-            Verdict::Keep,
-            format!("child score {}; no parent to compare with", shown(cs)),
-        ),
-        (Some(cs), Some(p)) => match finite(p) {
-            None => (
-                Verdict::Discard,
-                format!(
-                    "child score {}; parent has no score to compare with",
-                    shown(cs)
-                ),
-            ),
-            Some(ps) => {
-                let keep = if strict { cs > ps } else { cs >= ps };
-                let op = match (strict, keep) {
-                    (true, true) => ">",
-                    (true, false) => "<=",
-                    (false, true) => ">=",
-                    (false, false) => "<",
-                };
-                let verdict = if keep {
-                    Verdict::Keep
-                } else {
-                    Verdict::Discard
-                };
-                let (c, p) = shown_pair(cs, ps);
-                (verdict, format!("child score {c} {op} parent score {p}"))
+fn discard(reason: String) -> GateDecision {
+    GateDecision {
+        verdict: Verdict::Discard,
+        reason,
+    }
+}
+
+/// A score that can be compared. Archive scores are finite; a non-finite one (which
+/// JSON cannot carry, so only a test can build it) counts as no score, where RSIHub's
+/// Python would compare the float.
+fn finite(row: &ArchiveRow) -> Option<f64> {
+    row.score.filter(|s| s.is_finite())
+}
+
+/// The decision for a child against its (optional) parent. Scores compare exactly, as
+/// IEEE doubles like RSIHub's Python floats (0.1 + 0.2 > 0.3).
+pub fn decide(
+    child: &ArchiveRow,
+    parent: Option<&ArchiveRow>,
+    strict: bool,
+    missing: MissingScore,
+) -> GateDecision {
+    let Some(ps) = parent.and_then(finite) else {
+        let why = if parent.is_none() {
+            "no parent row"
+        } else {
+            "the parent has no score"
+        };
+        return discard(format!(
+            "{why} to compare with; child score {}",
+            match finite(child) {
+                Some(cs) => shown(cs),
+                None => "none".to_string(),
             }
-        },
+        ));
     };
-    GateDecision { verdict, reason }
+    let (cs, note) = match (finite(child), missing) {
+        (Some(cs), _) => (cs, ""),
+        (None, MissingScore::Zero) => (0.0, " (child has no score, counted as 0)"),
+        (None, MissingScore::Discard) => {
+            return discard(format!("child has no score; parent score {}", shown(ps)));
+        }
+    };
+    let keep = if strict { cs > ps } else { cs >= ps };
+    let op = match (strict, keep) {
+        (true, true) => ">",
+        (true, false) => "<=",
+        (false, true) => ">=",
+        (false, false) => "<",
+    };
+    let (c, p) = shown_pair(cs, ps);
+    GateDecision {
+        verdict: if keep {
+            Verdict::Keep
+        } else {
+            Verdict::Discard
+        },
+        reason: format!("child score {c} {op} parent score {p}{note}"),
+    }
 }
 
 impl Gate for Hillclimb {
@@ -96,7 +129,21 @@ impl Gate for Hillclimb {
         parent: Option<&ArchiveRow>,
         _input: &GateInput,
     ) -> Result<GateDecision, String> {
-        Ok(decide(child, parent, ctx.bool("strict").unwrap_or(true)))
+        let missing = match ctx.str("missing_score").unwrap_or("zero") {
+            "zero" => MissingScore::Zero,
+            "discard" => MissingScore::Discard,
+            other => {
+                return Err(format!(
+                    "config.missing_score must be zero or discard, not {other:?}"
+                ));
+            }
+        };
+        Ok(decide(
+            child,
+            parent,
+            ctx.bool("strict").unwrap_or(false),
+            missing,
+        ))
     }
 }
 
@@ -143,46 +190,35 @@ mod tests {
         (false, reason.to_string())
     }
 
+    /// Every row of the table RSIHub's own `library/gate/hillclimb.py` produced
+    /// (tests/rsihub_golden.py): same config, same decision.
     #[test]
-    fn strict_by_default() {
+    fn matches_rsihub_golden_table() {
+        let table: Value =
+            evolve_operator_sdk::serde_json::from_str(include_str!("../tests/rsihub_golden.json"))
+                .unwrap();
+        assert_eq!(table["operator"], "library/gate/hillclimb.py");
+        let rows = table["rows"].as_array().unwrap();
+        assert!(rows.len() >= 20);
+        for r in rows {
+            let parent = match &r["parent"] {
+                Value::Null => None,
+                p => Some(p["score"].as_f64()),
+            };
+            let (kept, reason) = run(r["config"].clone(), r["child_score"].as_f64(), parent);
+            assert_eq!(
+                kept,
+                r["keep"].as_bool().unwrap(),
+                "row {:?}: RSIHub said {:?}, we said {reason:?}",
+                r["name"],
+                r["rsihub_reason"]
+            );
+        }
+    }
+
+    #[test]
+    fn non_strict_by_default() {
         let c = json!({});
-        assert_eq!(
-            run(c.clone(), Some(0.5), Some(Some(0.4))),
-            keep("child score 0.5000 > parent score 0.4000")
-        );
-        assert_eq!(
-            run(c.clone(), Some(0.4), Some(Some(0.4))),
-            discard("child score 0.4000 <= parent score 0.4000")
-        );
-        assert_eq!(
-            run(c, Some(0.3), Some(Some(0.4))),
-            discard("child score 0.3000 <= parent score 0.4000")
-        );
-    }
-
-    #[test]
-    fn scores_show_four_decimals_or_enough_to_differ() {
-        assert_eq!(
-            run(
-                json!({}),
-                Some(0.3126966666666667),
-                Some(Some(0.3398403333333333))
-            ),
-            discard("child score 0.3127 <= parent score 0.3398")
-        );
-        assert_eq!(
-            run(json!({}), Some(0.31271), Some(Some(0.31269))),
-            keep("child score 0.31271 > parent score 0.31269")
-        );
-        assert_eq!(
-            run(json!({}), Some(0.1 + 0.2), Some(Some(0.3))),
-            keep("child score 0.30000000000000004 > parent score 0.3")
-        );
-    }
-
-    #[test]
-    fn non_strict_keeps_ties() {
-        let c = json!({"strict": false});
         assert_eq!(
             run(c.clone(), Some(0.5), Some(Some(0.4))),
             keep("child score 0.5000 >= parent score 0.4000")
@@ -198,38 +234,78 @@ mod tests {
     }
 
     #[test]
-    fn no_parent_keeps_a_scored_child() {
+    fn scores_show_four_decimals_or_enough_to_differ() {
+        let c = json!({"strict": true});
         assert_eq!(
-            run(json!({}), Some(0.0), None),
-            keep("child score 0.0000; no parent to compare with")
+            run(
+                c.clone(),
+                Some(0.3126966666666667),
+                Some(Some(0.3398403333333333))
+            ),
+            discard("child score 0.3127 <= parent score 0.3398")
+        );
+        assert_eq!(
+            run(c.clone(), Some(0.31271), Some(Some(0.31269))),
+            keep("child score 0.31271 > parent score 0.31269")
+        );
+        assert_eq!(
+            run(c, Some(0.1 + 0.2), Some(Some(0.3))),
+            keep("child score 0.30000000000000004 > parent score 0.3")
+        );
+    }
+
+    #[test]
+    fn strict_discards_ties() {
+        let c = json!({"strict": true});
+        assert_eq!(
+            run(c.clone(), Some(0.5), Some(Some(0.4))),
+            keep("child score 0.5000 > parent score 0.4000")
+        );
+        assert_eq!(
+            run(c.clone(), Some(0.4), Some(Some(0.4))),
+            discard("child score 0.4000 <= parent score 0.4000")
+        );
+    }
+
+    #[test]
+    fn no_parent_or_unscored_parent_discards() {
+        assert_eq!(
+            run(json!({}), Some(0.7), None),
+            discard("no parent row to compare with; child score 0.7000")
         );
         assert_eq!(
             run(json!({}), None, None),
-            discard("child has no score; no parent")
+            discard("no parent row to compare with; child score none")
         );
-    }
-
-    #[test]
-    fn child_without_score_is_discarded() {
-        assert_eq!(
-            run(json!({}), None, Some(Some(0.4))),
-            discard("child has no score; parent score 0.4000")
-        );
-        assert_eq!(
-            run(json!({"strict": false}), None, Some(None)),
-            discard("child has no score; parent has no score")
-        );
-        assert_eq!(
-            run(json!({}), Some(f64::NAN), Some(Some(0.4))),
-            discard("child has no score; parent score 0.4000")
-        );
-    }
-
-    #[test]
-    fn parent_without_score_discards() {
         assert_eq!(
             run(json!({}), Some(0.9), Some(None)),
-            discard("child score 0.9000; parent has no score to compare with")
+            discard("the parent has no score to compare with; child score 0.9000")
+        );
+    }
+
+    #[test]
+    fn unscored_child_counts_as_zero_unless_configured() {
+        assert_eq!(
+            run(json!({}), None, Some(Some(0.0))),
+            keep("child score 0.0000 >= parent score 0.0000 (child has no score, counted as 0)")
+        );
+        assert_eq!(
+            run(json!({}), None, Some(Some(0.4))),
+            discard("child score 0.0000 < parent score 0.4000 (child has no score, counted as 0)")
+        );
+        let d = json!({"missing_score": "discard"});
+        assert_eq!(
+            run(d.clone(), None, Some(Some(0.0))),
+            discard("child has no score; parent score 0.0000")
+        );
+        assert_eq!(
+            run(d, Some(0.0), Some(Some(0.0))),
+            keep("child score 0.0000 >= parent score 0.0000")
+        );
+        // A non-finite score is no score.
+        assert_eq!(
+            run(json!({}), Some(f64::NAN), Some(Some(0.0))),
+            keep("child score 0.0000 >= parent score 0.0000 (child has no score, counted as 0)")
         );
     }
 
@@ -238,9 +314,10 @@ mod tests {
         let schema = <Hillclimb as Operator>::config().build().unwrap();
         assert_eq!(
             Value::Object(schema.normalize("{}").unwrap()),
-            json!({"strict": true})
+            json!({"strict": false, "missing_score": "zero"})
         );
         assert!(schema.normalize(r#"{"strict": "yes"}"#).is_err());
+        assert!(schema.normalize(r#"{"missing_score": "skip"}"#).is_err());
         assert!(schema.normalize(r#"{"margin": 0.1}"#).is_err());
     }
 }

@@ -50,7 +50,13 @@ fn decisions_equal_the_compiled_gate() {
         Some(1.0),
         Some(f64::NAN),
     ];
-    for params in [json!({}), json!({"strict": true}), json!({"strict": false})] {
+    for params in [
+        json!({}),
+        json!({"strict": true}),
+        json!({"strict": false}),
+        json!({"missing_score": "discard"}),
+        json!({"strict": true, "missing_score": "discard"}),
+    ] {
         for cs in scores {
             let child = row("2", 2, cs, false);
             assert_eq!(

@@ -1,25 +1,30 @@
 //! validate/minibatch_improvement: run the mutated child on the train minibatch its
-//! parent was rolled out on, and accept it only if its minibatch score clears the bar.
+//! parent was rolled out on, and accept it only if its minibatch score clears the bar,
+//! as RSIHub's `library/validate/minibatch_improvement.py` (GEPA's acceptance test) does.
 //!
 //! The minibatch and the bar come from this generation's rollout evidence (the parent's
 //! run, which the host passes to validate): when it lists train trials
-//! (rollout/train's `trials`), the child runs on exactly the tasks the parent has a score
-//! for, and the bar is the parent's minibatch score on them. Without such evidence the
-//! minibatch is `tasks` when configured, otherwise rollout/train's selection recomputed
-//! from the same `budget_tasks`, `sampling` and `seed` (pinned by the same tests), and
-//! the bar is `baseline`; with neither, the child is rejected with the reason.
+//! (rollout/train's `trials`), the child runs on exactly the tasks the parent ran, and
+//! the bar is the parent's total there. Without such evidence the minibatch is `tasks`
+//! when configured, otherwise rollout/train's selection recomputed from the same
+//! `budget_tasks`, `sampling` and `seed` (pinned by the same tests), and the bar is
+//! `baseline` (a mean score); with neither, the child is rejected with the reason.
 //!
-//! Scoring: a trial's score is its reward; a `candidate-invalid` or `timeout` trial
-//! without a reward scores 0 (the child's own failure). An `infrastructure-failed` or
-//! `cancelled` trial, a completed trial without a reward, or a task with no trial makes
-//! the comparison incomplete, and an incomplete comparison is rejected with the reason.
-//! The child's minibatch score is the mean over tasks of the per-task mean score.
+//! Scoring (RSIHub's): a trial scores its reward. A trial without a reward (whatever its
+//! status), an `infrastructure-failed` or `cancelled` trial, or a task with no trial, on
+//! either side, makes the comparison incomplete, and an incomplete comparison is
+//! rejected with the reason. A side's total is the sum over tasks of the per-task mean
+//! score; the child's total is compared with the parent's (its mean with `baseline`).
+//! `require_complete: false` restores the lenient scoring: a `candidate-invalid` or
+//! `timeout` trial without a reward scores 0 and the parent's unscored tasks are left
+//! out of the minibatch.
 //!
-//! `strict` accepts child > bar, `non_decreasing` child >= bar.
+//! `strict` accepts child > bar, `non_decreasing` child >= bar. The RSIHub table in
+//! `tests/rsihub_golden.json` pins these decisions.
 
 use std::path::Path;
 
-use evolve_operator_sdk::config::{array, integer, number, string};
+use evolve_operator_sdk::config::{array, boolean, integer, number, string};
 use evolve_operator_sdk::prelude::*;
 use evolve_operator_sdk::tasks::{self, RunRequest, TasksError, TrialReport};
 
@@ -49,6 +54,14 @@ impl Operator for MinibatchImprovement {
                     .default(json!("strict"))
                     .choices([json!("strict"), json!("non_decreasing")])
                     .description("strict: child > baseline; non_decreasing: child >= baseline"),
+            )
+            .field(
+                "require_complete",
+                boolean().default(json!(true)).description(
+                    "Reject an incomplete comparison (RSIHub); false scores the child's \
+                         timeouts without reward as 0 and leaves out tasks the parent has no \
+                         score for",
+                ),
             )
             .field(
                 "tasks",
@@ -107,17 +120,21 @@ pub use evolve_operator_sdk::sampling::{
     Sampling, select_tasks, shuffle_key, trial_status_name as status_name,
 };
 
-/// A trial's score, or why it has none (`None`: the trial cannot be scored).
-pub fn trial_score(t: &TrialReport) -> Option<f64> {
+/// A trial's score, or `None` when it cannot be scored. As in RSIHub, a trial scores its
+/// (finite) reward, and a trial without one, or an `infrastructure-failed` or `cancelled`
+/// trial, cannot be scored. With `require_complete: false` a `candidate-invalid` or
+/// `timeout` trial without a reward scores 0 instead (the child's own failure).
+pub fn trial_score(t: &TrialReport, require_complete: bool) -> Option<f64> {
     let reward = t.reward.filter(|r| r.is_finite());
     match t.status {
         TrialStatus::InfrastructureFailed | TrialStatus::Cancelled => None,
         TrialStatus::BenchmarkComplete => reward,
+        TrialStatus::CandidateInvalid | TrialStatus::Timeout if require_complete => reward,
         TrialStatus::CandidateInvalid | TrialStatus::Timeout => Some(reward.unwrap_or(0.0)),
     }
 }
 
-/// The child's minibatch result.
+/// One side's minibatch result.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Minibatch {
     /// Per-task mean score, in minibatch order; `None` for a task with no scorable trial.
@@ -125,12 +142,14 @@ pub struct Minibatch {
     /// `task#repetition (status)` of every trial that cannot be scored, and
     /// `task (no trial)` for a task the host returned nothing for.
     pub unscorable: Vec<String>,
+    /// Sum of the task scores (RSIHub's `total`), when every task has one.
+    pub total: Option<f64>,
     /// Mean of the task scores, when every task has one.
     pub mean: Option<f64>,
 }
 
-/// Score the child's trials on `tasks`.
-pub fn score(tasks: &[String], reports: &[TrialReport]) -> Minibatch {
+/// Score trials on `tasks`.
+pub fn score(tasks: &[String], reports: &[TrialReport], require_complete: bool) -> Minibatch {
     let mut task_scores = Vec::new();
     let mut unscorable = Vec::new();
     for task in tasks {
@@ -141,7 +160,7 @@ pub fn score(tasks: &[String], reports: &[TrialReport]) -> Minibatch {
         }
         let mut scores = Vec::new();
         for t in trials {
-            match trial_score(t) {
+            match trial_score(t, require_complete) {
                 Some(s) => scores.push(s),
                 None => unscorable.push(format!(
                     "{task}#{} ({})",
@@ -154,19 +173,27 @@ pub fn score(tasks: &[String], reports: &[TrialReport]) -> Minibatch {
         task_scores.push((task.clone(), mean));
     }
     let complete = unscorable.is_empty() && !tasks.is_empty();
-    let mean = complete.then(|| {
-        task_scores.iter().filter_map(|(_, s)| *s).sum::<f64>() / task_scores.len() as f64
-    });
+    let total = complete.then(|| task_scores.iter().filter_map(|(_, s)| *s).sum::<f64>());
     Minibatch {
+        mean: total.map(|t| t / task_scores.len() as f64),
         task_scores,
         unscorable,
-        mean,
+        total,
     }
 }
 
-/// Accept or reject a scored minibatch against `baseline`.
-pub fn judge(m: &Minibatch, baseline: f64, strict: bool) -> (bool, String) {
-    let Some(mean) = m.mean else {
+/// What the child is compared with.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Bar {
+    /// The parent's total on the same tasks (RSIHub: Σ per-task means, child vs parent).
+    ParentTotal(f64),
+    /// `config.baseline`, a minibatch mean score.
+    Baseline(f64),
+}
+
+/// Accept or reject a scored minibatch against the bar.
+pub fn judge(m: &Minibatch, bar: Bar, strict: bool) -> (bool, String) {
+    let (Some(total), Some(mean)) = (m.total, m.mean) else {
         return (
             false,
             format!(
@@ -175,11 +202,11 @@ pub fn judge(m: &Minibatch, baseline: f64, strict: bool) -> (bool, String) {
             ),
         );
     };
-    let accept = if strict {
-        mean > baseline
-    } else {
-        mean >= baseline
+    let (value, bar, what, against) = match bar {
+        Bar::ParentTotal(p) => (total, p, "total", "parent total"),
+        Bar::Baseline(b) => (mean, b, "mean", "baseline"),
     };
+    let accept = if strict { value > bar } else { value >= bar };
     let op = match (strict, accept) {
         (true, true) => ">",
         (true, false) => "<=",
@@ -194,16 +221,32 @@ pub fn judge(m: &Minibatch, baseline: f64, strict: bool) -> (bool, String) {
     (
         accept,
         format!(
-            "minibatch {verdict}: child mean {mean:.6} {op} baseline {baseline:.6} (delta {:+.6})",
-            mean - baseline
+            "minibatch {verdict}: child {what} {value:.6} {op} {against} {bar:.6} (delta {:+.6})",
+            value - bar
         ),
     )
 }
 
+/// The parent's side of the comparison, from this generation's rollout evidence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Parent {
+    /// The tasks the child runs on, in first-seen order.
+    pub tasks: Vec<String>,
+    /// Σ of the parent's per-task means over `tasks` (over the scored ones when the
+    /// comparison is incomplete, for the record).
+    pub total: f64,
+    /// The parent's trials that cannot be scored (empty with `require_complete: false`,
+    /// where unscored tasks are left out of `tasks` instead).
+    pub unscorable: Vec<String>,
+}
+
 /// The parent's minibatch from rollout evidence in rollout/train's shape
-/// (`{"trials": [{"task", "repetition", "status", "reward"}, …]}`): the tasks it has a
-/// score for (in first-seen order) and its mean over them, scored like the child's.
-pub fn parent_minibatch(rollout: Option<&Evidence>) -> Option<(Vec<String>, f64)> {
+/// (`{"trials": [{"task", "repetition", "status", "reward"}, …]}`), scored like the
+/// child's. As in RSIHub the minibatch is every task the parent ran, and any parent trial
+/// that cannot be scored makes the comparison incomplete; with `require_complete: false`
+/// the minibatch is the tasks the parent has a score for. `None` when the evidence has no
+/// train trials (or, lenient, none with a score).
+pub fn parent_minibatch(rollout: Option<&Evidence>, require_complete: bool) -> Option<Parent> {
     let summary: Value = evolve_operator_sdk::serde_json::from_str(&rollout?.summary).ok()?;
     let mut reports = Vec::new();
     for t in summary.get("trials")?.as_array()? {
@@ -230,17 +273,29 @@ pub fn parent_minibatch(rollout: Option<&Evidence>) -> Option<(Vec<String>, f64)
             tasks.push(r.task.clone());
         }
     }
-    let scored = score(&tasks, &reports);
-    let kept: Vec<(String, f64)> = scored
+    let scored = score(&tasks, &reports, require_complete);
+    let total = scored
+        .task_scores
+        .iter()
+        .filter_map(|(_, s)| *s)
+        .sum::<f64>();
+    if require_complete {
+        return (!tasks.is_empty()).then_some(Parent {
+            tasks,
+            total,
+            unscorable: scored.unscorable,
+        });
+    }
+    let kept: Vec<String> = scored
         .task_scores
         .into_iter()
-        .filter_map(|(t, s)| s.map(|s| (t, s)))
+        .filter_map(|(t, s)| s.map(|_| t))
         .collect();
-    if kept.is_empty() {
-        return None;
-    }
-    let mean = kept.iter().map(|(_, s)| s).sum::<f64>() / kept.len() as f64;
-    Some((kept.into_iter().map(|(t, _)| t).collect(), mean))
+    (!kept.is_empty()).then_some(Parent {
+        tasks: kept,
+        total,
+        unscorable: vec![],
+    })
 }
 
 /// The whole operator with the rollout evidence, the host capability and `/scratch`
@@ -252,10 +307,11 @@ pub fn validate_with(
     run: impl FnOnce(&RunRequest) -> Result<Vec<TrialReport>, TasksError>,
     scratch: &Path,
 ) -> Result<Validation, String> {
-    let parent = parent_minibatch(rollout);
-    let baseline = match (&parent, ctx.f64("baseline")) {
-        (Some((_, mean)), _) => *mean,
-        (None, Some(b)) if b.is_finite() => b,
+    let require_complete = ctx.bool("require_complete").unwrap_or(true);
+    let parent = parent_minibatch(rollout, require_complete);
+    let bar = match (&parent, ctx.f64("baseline")) {
+        (Some(p), _) => Bar::ParentTotal(p.total),
+        (None, Some(b)) if b.is_finite() => Bar::Baseline(b),
         (None, Some(_)) => return Err("config.baseline must be a finite number".into()),
         (None, None) => {
             return Ok(reject(
@@ -277,9 +333,18 @@ pub fn validate_with(
         .ok()
         .filter(|r| *r >= 1)
         .ok_or("config.repetitions must be an integer >= 1")?;
+    // An incomplete parent side cannot become complete: reject before spending the
+    // child's trials on it (RSIHub runs the child first, then rejects the same way).
+    if let Some(p) = parent.as_ref().filter(|p| !p.unscorable.is_empty()) {
+        return Ok(reject(&format!(
+            "minibatch comparison is incomplete (infrastructure failure or missing reward in \
+             the parent's rollout): {}",
+            p.unscorable.join(", ")
+        )));
+    }
     let minibatch: Vec<String> = match (&parent, ctx.config.get("tasks").and_then(Value::as_array))
     {
-        (Some((tasks, _)), _) => tasks.clone(),
+        (Some(p), _) => p.tasks.clone(),
         (None, Some(list)) => list
             .iter()
             .map(|t| t.as_str().map(str::to_string))
@@ -332,24 +397,25 @@ pub fn validate_with(
             )));
         }
     };
-    let m = score(&minibatch, &reports);
-    let (accept, reason) = judge(&m, baseline, strict);
-    let reason = if parent.is_some() {
-        reason.replace("baseline", "parent")
-    } else {
-        reason
+    let m = score(&minibatch, &reports, require_complete);
+    let (accept, reason) = judge(&m, bar, strict);
+    let (bar_value, bar_from, child_value) = match bar {
+        Bar::ParentTotal(p) => (p, "parent rollout total", m.total),
+        Bar::Baseline(b) => (b, "config.baseline mean", m.mean),
     };
     let comparison = json!({
         "criterion": if strict { "strict" } else { "non_decreasing" },
-        "baseline": baseline,
-        "baseline_from": if parent.is_some() { "parent rollout" } else { "config.baseline" },
+        "require_complete": require_complete,
+        "bar": bar_value,
+        "bar_from": bar_from,
         "tasks": minibatch,
         "child_scores": Value::Object(
             m.task_scores.iter().map(|(t, s)| (t.clone(), json!(s))).collect()
         ),
+        "child_total": m.total,
         "child_mean": m.mean,
-        "delta": m.mean.map(|x| x - baseline),
-        "complete": m.mean.is_some(),
+        "delta": child_value.map(|x| x - bar_value),
+        "complete": m.total.is_some(),
         "unscorable": m.unscorable,
         "accepted": accept,
     });
@@ -465,16 +531,19 @@ mod tests {
     }
 
     #[test]
-    fn scores_are_per_task_means_averaged_over_tasks() {
-        let m = score(
-            &names(2),
-            &[
-                done("predict-02", 1, 0.5),
-                done("predict-01", 0, 1.0),
-                done("predict-02", 0, 0.0),
-                report("predict-01", 1, TrialStatus::Timeout, None),
-            ],
-        );
+    fn scores_are_per_task_means_summed_over_tasks() {
+        let reports = [
+            done("predict-02", 1, 0.5),
+            done("predict-01", 0, 1.0),
+            done("predict-02", 0, 0.0),
+            report("predict-01", 1, TrialStatus::Timeout, None),
+        ];
+        // RSIHub's scoring: the timeout without a reward makes it incomplete.
+        let m = score(&names(2), &reports, true);
+        assert_eq!(m.unscorable, ["predict-01#1 (timeout)"]);
+        assert_eq!((m.total, m.mean), (None, None));
+        // Lenient: it scores 0.
+        let m = score(&names(2), &reports, false);
         assert_eq!(
             m.task_scores,
             vec![
@@ -483,7 +552,7 @@ mod tests {
             ]
         );
         assert!(m.unscorable.is_empty());
-        assert_eq!(m.mean, Some(0.375));
+        assert_eq!((m.total, m.mean), (Some(0.75), Some(0.375)));
     }
 
     #[test]
@@ -496,6 +565,7 @@ mod tests {
                 report("predict-02", 1, TrialStatus::Cancelled, Some(1.0)),
                 report("predict-09", 0, TrialStatus::BenchmarkComplete, Some(1.0)),
             ],
+            false,
         );
         assert_eq!(
             m.unscorable,
@@ -508,7 +578,7 @@ mod tests {
         );
         assert_eq!(m.mean, None);
         assert_eq!(
-            judge(&m, 0.1, true),
+            judge(&m, Bar::Baseline(0.1), true),
             (
                 false,
                 "minibatch comparison is incomplete (infrastructure failure or missing reward): \
@@ -521,9 +591,9 @@ mod tests {
 
     #[test]
     fn strict_and_non_decreasing_criteria() {
-        let m = score(&names(1), &[done("predict-01", 0, 0.5)]);
+        let m = score(&names(1), &[done("predict-01", 0, 0.5)], true);
         assert_eq!(
-            judge(&m, 0.5, true),
+            judge(&m, Bar::Baseline(0.5), true),
             (
                 false,
                 "minibatch did not improve: child mean 0.500000 <= baseline 0.500000 (delta +0.000000)"
@@ -531,7 +601,7 @@ mod tests {
             )
         );
         assert_eq!(
-            judge(&m, 0.5, false),
+            judge(&m, Bar::Baseline(0.5), false),
             (
                 true,
                 "minibatch improved: child mean 0.500000 >= baseline 0.500000 (delta +0.000000)"
@@ -539,7 +609,7 @@ mod tests {
             )
         );
         assert_eq!(
-            judge(&m, 0.25, true),
+            judge(&m, Bar::Baseline(0.25), true),
             (
                 true,
                 "minibatch improved: child mean 0.500000 > baseline 0.250000 (delta +0.250000)"
@@ -547,7 +617,7 @@ mod tests {
             )
         );
         assert_eq!(
-            judge(&m, 0.75, false),
+            judge(&m, Bar::Baseline(0.75), false),
             (
                 false,
                 "minibatch did not improve: child mean 0.500000 < baseline 0.750000 (delta -0.250000)"
@@ -561,7 +631,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut c = ctx(
             json!({"baseline": 0.5, "budget_tasks": 2, "sampling": "generation_shuffle",
-                               "repetitions": 2}),
+                               "repetitions": 2, "require_complete": false}),
         );
         c.generation_id = "2".into();
         let mut seen = None;
@@ -598,11 +668,11 @@ mod tests {
         .unwrap();
         assert_eq!(
             comparison,
-            json!({"criterion": "strict", "baseline": 0.5, "baseline_from": "config.baseline",
-                   "tasks": ["predict-09", "predict-10"],
+            json!({"criterion": "strict", "require_complete": false, "bar": 0.5,
+                   "bar_from": "config.baseline mean", "tasks": ["predict-09", "predict-10"],
                    "child_scores": {"predict-09": 0.75, "predict-10": 0.125},
-                   "child_mean": 0.4375, "delta": -0.0625, "complete": true, "unscorable": [],
-                   "accepted": false})
+                   "child_total": 0.875, "child_mean": 0.4375, "delta": -0.0625,
+                   "complete": true, "unscorable": [], "accepted": false})
         );
         let cases = std::fs::read_to_string(dir.path().join("child-cases.json")).unwrap();
         assert_eq!(cases.matches("\"task\"").count(), 4);
@@ -695,8 +765,8 @@ mod tests {
         assert!(schema.normalize("{}").is_ok());
         assert_eq!(
             Value::Object(schema.normalize(r#"{"baseline": 1}"#).unwrap()),
-            json!({"baseline": 1.0, "criterion": "strict", "budget_tasks": 8,
-                   "sampling": "static", "seed": 0, "repetitions": 1})
+            json!({"baseline": 1.0, "criterion": "strict", "require_complete": true,
+                   "budget_tasks": 8, "sampling": "static", "seed": 0, "repetitions": 1})
         );
         assert!(schema.normalize(r#"{"baseline": 0, "tasks": []}"#).is_err());
         assert!(
@@ -721,21 +791,51 @@ mod tests {
     #[test]
     fn the_parent_rollout_sets_the_minibatch_and_the_bar() {
         let dir = tempfile::tempdir().unwrap();
-        let c = ctx(json!({"criterion": "strict", "baseline": 0.99}));
         // The parent scored 0.5 on predict-03 and 0.25 on predict-07; predict-05 was an
-        // infrastructure failure, so it is left out of the comparison.
+        // infrastructure failure.
         let parent = rollout(json!([
             {"task": "predict-03", "repetition": 0, "status": "benchmark-complete", "reward": 0.5},
             {"task": "predict-07", "repetition": 0, "status": "benchmark-complete", "reward": 0.25},
             {"task": "predict-05", "repetition": 0, "status": "infrastructure-failed", "reward": null},
         ]));
+        let three = ["predict-03", "predict-07", "predict-05"]
+            .map(String::from)
+            .to_vec();
         assert_eq!(
-            parent_minibatch(Some(&parent)),
-            Some((
-                vec!["predict-03".to_string(), "predict-07".to_string()],
-                0.375
-            ))
+            parent_minibatch(Some(&parent), true),
+            Some(Parent {
+                tasks: three,
+                total: 0.75,
+                unscorable: vec!["predict-05#0 (infrastructure-failed)".into()],
+            })
         );
+        // By default that makes the comparison incomplete, without running the child.
+        let c = ctx(json!({"criterion": "strict", "baseline": 0.99}));
+        let v = validate_with(
+            &c,
+            Some(&parent),
+            || unreachable!(),
+            |_| unreachable!("an incomplete parent side runs no child trial"),
+            dir.path(),
+        )
+        .unwrap();
+        assert!(!v.accept);
+        assert_eq!(
+            v.reason,
+            "minibatch comparison is incomplete (infrastructure failure or missing reward in the \
+             parent's rollout): predict-05#0 (infrastructure-failed)"
+        );
+        // Lenient: predict-05 is left out of the comparison.
+        let two = vec!["predict-03".to_string(), "predict-07".to_string()];
+        assert_eq!(
+            parent_minibatch(Some(&parent), false),
+            Some(Parent {
+                tasks: two.clone(),
+                total: 0.75,
+                unscorable: vec![],
+            })
+        );
+        let c = ctx(json!({"criterion": "strict", "baseline": 0.99, "require_complete": false}));
         let mut asked = None;
         let v = validate_with(
             &c,
@@ -748,15 +848,104 @@ mod tests {
             dir.path(),
         )
         .unwrap();
-        assert_eq!(
-            asked,
-            Some(vec!["predict-03".to_string(), "predict-07".to_string()])
-        );
+        assert_eq!(asked, Some(two));
         assert!(v.accept);
         assert_eq!(
             v.reason,
-            "minibatch improved: child mean 0.500000 > parent 0.375000 (delta +0.125000)"
+            "minibatch improved: child total 1.000000 > parent total 0.750000 (delta +0.250000)"
         );
+    }
+
+    fn trial_json(t: &Value) -> Value {
+        json!({"task": t["task"], "repetition": t["repetition"], "status": t["status"],
+               "reward": t["reward"]})
+    }
+
+    fn trial_report(t: &Value) -> TrialReport {
+        let status = match t["status"].as_str().unwrap() {
+            "benchmark-complete" => TrialStatus::BenchmarkComplete,
+            "candidate-invalid" => TrialStatus::CandidateInvalid,
+            "timeout" => TrialStatus::Timeout,
+            "cancelled" => TrialStatus::Cancelled,
+            "infrastructure-failed" => TrialStatus::InfrastructureFailed,
+            other => panic!("unknown status {other}"),
+        };
+        report(
+            t["task"].as_str().unwrap(),
+            t["repetition"].as_u64().unwrap() as u32,
+            status,
+            t["reward"].as_f64(),
+        )
+    }
+
+    /// Every row of the table RSIHub's own `library/validate/minibatch_improvement.py`
+    /// produced (tests/rsihub_golden.py, which maps each trial to the case RSIHub's
+    /// Harbor evidence records for it): same config, same verdict, same totals.
+    #[test]
+    fn matches_rsihub_golden_table() {
+        let table: Value =
+            evolve_operator_sdk::serde_json::from_str(include_str!("../tests/rsihub_golden.json"))
+                .unwrap();
+        assert_eq!(
+            table["operator"],
+            "library/validate/minibatch_improvement.py"
+        );
+        let rows = table["rows"].as_array().unwrap();
+        assert!(rows.len() >= 15);
+        for r in rows {
+            let dir = tempfile::tempdir().unwrap();
+            let parent = rollout(Value::Array(
+                r["parent_trials"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(trial_json)
+                    .collect(),
+            ));
+            let child: Vec<TrialReport> = r["child_trials"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(trial_report)
+                .collect();
+            let mut ran = false;
+            let v = validate_with(
+                &ctx(r["config"].clone()),
+                Some(&parent),
+                || unreachable!(),
+                |_| {
+                    ran = true;
+                    Ok(child.clone())
+                },
+                dir.path(),
+            )
+            .unwrap();
+            let name = &r["name"];
+            assert_eq!(
+                v.accept,
+                r["accept"].as_bool().unwrap(),
+                "row {name}: RSIHub said {:?}, we said {:?}",
+                r["rsihub_reason"],
+                v.reason
+            );
+            let complete = r["complete"].as_bool().unwrap();
+            assert_eq!(
+                v.reason.contains("incomplete"),
+                !complete,
+                "row {name}: {}",
+                v.reason
+            );
+            if complete {
+                let comparison: Value = evolve_operator_sdk::serde_json::from_str(
+                    &std::fs::read_to_string(dir.path().join(COMPARISON)).unwrap(),
+                )
+                .unwrap();
+                assert_eq!(comparison["child_total"], r["child_total"], "row {name}");
+                assert_eq!(comparison["bar"], r["parent_total"], "row {name}");
+            }
+            // Only an incomplete parent side spares the child's trials.
+            assert_eq!(ran, !v.reason.contains("parent's rollout"), "row {name}");
+        }
     }
 
     #[test]

@@ -168,8 +168,31 @@ fn parent_rollouts_set_the_minibatch_and_the_bar() {
         json!({}),
         json!({"criterion": "non_decreasing"}),
         json!({"repetitions": 2}),
+        json!({"require_complete": false}),
+        json!({"require_complete": false, "criterion": "non_decreasing"}),
+        json!({"require_complete": false, "repetitions": 2}),
     ] {
         same(params, Some(r.clone()), &fake());
+    }
+    // A complete parent side: the child runs, and its timeouts decide.
+    let complete = rollout(json!([
+        {"task": "a-pass", "repetition": 0, "status": "benchmark-complete", "reward": 0},
+        {"task": "c", "repetition": 0, "status": "benchmark-complete", "reward": 0},
+        {"task": "t-half", "repetition": 0, "status": "timeout", "reward": 0.5},
+    ]));
+    let timing_out = rollout(json!([
+        {"task": "c", "repetition": 0, "status": "benchmark-complete", "reward": 0},
+        {"task": "t-timeout", "repetition": 0, "status": "benchmark-complete", "reward": 0},
+    ]));
+    for params in [json!({}), json!({"require_complete": false})] {
+        same(params, Some(timing_out.clone()), &fake());
+    }
+    for params in [
+        json!({}),
+        json!({"require_complete": false}),
+        json!({"repetitions": 2}),
+    ] {
+        same(params, Some(complete.clone()), &fake());
     }
     // A tie: strict rejects, non_decreasing accepts.
     let tie = rollout(
@@ -188,6 +211,8 @@ fn without_rollout_trials_the_config_sets_them() {
     for params in [
         json!({"baseline": 0.5, "tasks": ["a-pass", "c"]}),
         json!({"baseline": 0.5, "tasks": ["t-infra", "c"]}),
+        json!({"baseline": 0.1, "tasks": ["t-timeout", "c"]}),
+        json!({"baseline": 0.1, "tasks": ["t-timeout", "c"], "require_complete": false}),
         json!({"baseline": 1, "tasks": ["a-pass"], "criterion": "non_decreasing"}),
         json!({"baseline": 0.2, "budget_tasks": 3}),
         json!({"baseline": 0.2, "budget_tasks": 4, "sampling": "generation_shuffle", "seed": 5}),
