@@ -70,9 +70,8 @@ pub fn named_models_with_env(
                 missing = true;
                 errors.push(ModelConfigError::new(
                     format!("{at}.{key}"),
-                    format!(
-                        "is required: a named model gives its own `model` and `prices` (the other keys default to the `model:` block's)"
-                    ),
+                    "is required: a named model gives its own `model` and `prices` (the other keys \
+                     default to the `model:` block's)",
                 ));
             }
         }
