@@ -5,7 +5,7 @@
 
 use super::client::Completion as Answered;
 use super::gateway::request::estimate_request_tokens;
-use super::meter::{LogLine, MeteredModel, Outgoing};
+use super::meter::{LogLine, MeteredModel, Outgoing, capped_max_tokens};
 use crate::sandbox::model::{
     Completion, CompletionRequest, ModelError, Tool, ToolCall, ToolChoice, Turn,
 };
@@ -50,17 +50,9 @@ impl MeteredModel {
                 client,
                 named,
             };
-            self.write_log(
-                &line,
-                0,
-                json!({"outcome": "invalid_request", "error": why}),
-            );
-            return Err(ModelError::InvalidRequest(why));
+            return Err(self.refuse(&line, why));
         }
-        let max_tokens = request
-            .max_tokens
-            .unwrap_or(config.max_tokens)
-            .min(config.max_tokens);
+        let max_tokens = capped_max_tokens(request.max_tokens, config);
         body["max_tokens"] = json!(max_tokens);
         let input_estimate = estimate_request_tokens(&body);
         let out = Outgoing {

@@ -235,17 +235,9 @@ impl MeteredModel {
                 client: &self.client,
                 named: None,
             };
-            self.write_log(
-                &line,
-                0,
-                json!({"outcome": "invalid_request", "error": why}),
-            );
-            return Err(ModelError::InvalidRequest(why));
+            return Err(self.refuse(&line, why));
         }
-        let max_tokens = request
-            .max_tokens
-            .unwrap_or(config.max_tokens)
-            .min(config.max_tokens);
+        let max_tokens = capped_max_tokens(request.max_tokens, config);
         body["max_tokens"] = json!(max_tokens);
         let out = Outgoing {
             body,
@@ -506,6 +498,13 @@ impl MeteredModel {
     }
 
     /// Append one redacted JSON line; failures are counted in [`Usage::log_errors`].
+    /// A request refused before anything was sent: logged as attempt 0, and the
+    /// operator's `invalid-request` error.
+    pub(super) fn refuse(&self, line: &LogLine<'_>, why: String) -> ModelError {
+        self.write_log(line, 0, json!({"outcome": "invalid_request", "error": why}));
+        ModelError::InvalidRequest(why)
+    }
+
     pub(super) fn write_log(&self, line: &LogLine<'_>, attempt: u32, outcome: Value) {
         let Some(log_path) = &self.log_path else {
             return;
@@ -618,6 +617,12 @@ pub(super) struct LogLine<'a> {
     pub client: &'a ModelClient,
     /// The recipe's named model, when the call names one.
     pub named: Option<&'a str>,
+}
+
+/// The `max_tokens` sent: the operator's ask, or the configured default, never above
+/// the configured cap.
+pub(super) fn capped_max_tokens(asked: Option<u32>, config: &super::ModelConfig) -> u32 {
+    asked.unwrap_or(config.max_tokens).min(config.max_tokens)
 }
 
 fn check_request(request: &ChatRequest) -> Result<(), String> {
