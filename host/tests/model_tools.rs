@@ -299,3 +299,41 @@ async fn the_budget_applies_to_complete() {
     assert_eq!(log[0]["outcome"], "budget_exhausted");
     assert_eq!(log[0]["named_model"], "judge");
 }
+
+/// A component built against the contract before `complete` existed (its `model` has
+/// `chat` only; `tests/components/legacy_chat_mutate`) still loads as a mutate operator,
+/// calls `chat` through the host, is metered, and its generation evaluates.
+#[test]
+fn a_component_built_against_the_chat_only_model_interface_still_runs() {
+    use crate::ws::{Exp, Spec, component};
+    let (url, calls) = crate::chat::chat_server("0.6");
+    let e = Exp::new(&Spec {
+        generations: 1,
+        budget_usd: 1.0,
+        mutate: json!({}),
+        model: Some(crate::chat::model_block(&url)),
+        ..Spec::default()
+    });
+    let recipe = std::fs::read_to_string(e.root().join("recipe.yaml")).unwrap();
+    std::fs::write(
+        e.root().join("recipe.yaml"),
+        recipe.replace(
+            &component("scripted_mutate").display().to_string(),
+            &component("legacy_chat_mutate").display().to_string(),
+        ),
+    )
+    .unwrap();
+    e.init();
+    e.run_ok(&["run", "ws"]);
+    let gen1 = e
+        .log()
+        .into_iter()
+        .find(|r| r["genid"] == "1")
+        .expect("generation 1 in the log");
+    assert_eq!(gen1["status"], "benchmark_complete", "{gen1:#}");
+    assert!(
+        (gen1["score"].as_f64().unwrap() - 0.6).abs() < 1e-9,
+        "{gen1:#}"
+    );
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+}

@@ -6,6 +6,7 @@
 
 use crate::model::ModelError;
 use crate::prelude::*;
+use crate::tasks::TasksError;
 
 /// Characters of verifier output kept per failure line.
 pub const OUTPUT_CHARS: usize = 300;
@@ -227,5 +228,15 @@ pub fn model_error(e: &ModelError) -> String {
         ModelError::Failed(m) => format!("model: failed: {m}"),
         ModelError::Timeout => "model: timeout: the call ran past its per-call timeout".into(),
         ModelError::InvalidRequest(m) => format!("model: invalid-request: {m}"),
+    }
+}
+
+/// A `tasks` error as the operator's (or its model's) message.
+pub fn tasks_error(e: &TasksError) -> String {
+    match e {
+        TasksError::UnknownTask(name) => format!("tasks: {name:?} is not a train task"),
+        TasksError::InvalidRequest(m) => format!("tasks: invalid request: {m}"),
+        TasksError::BudgetExhausted => "tasks: the experiment's budget is exhausted".into(),
+        TasksError::Unavailable(m) => format!("tasks: unavailable: {m}"),
     }
 }

@@ -35,6 +35,7 @@
 //! deadline; a panic becomes a trap whose message the host reports.
 
 mod context;
+pub mod conversation;
 pub mod edits;
 mod export;
 pub mod feedback;

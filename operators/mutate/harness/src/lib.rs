@@ -132,15 +132,7 @@ pub fn model_error(e: &ModelError) -> String {
     }
 }
 
-/// A `tasks` error as text.
-pub fn tasks_error(e: &TasksError) -> String {
-    match e {
-        TasksError::UnknownTask(name) => format!("tasks: {name:?} is not a train task"),
-        TasksError::InvalidRequest(m) => format!("tasks: invalid request: {m}"),
-        TasksError::BudgetExhausted => "tasks: the experiment's budget is exhausted".into(),
-        TasksError::Unavailable(m) => format!("tasks: unavailable: {m}"),
-    }
-}
+pub use evolve_operator_sdk::feedback::tasks_error;
 
 /// The normalized configuration.
 #[derive(Debug, Clone, PartialEq)]

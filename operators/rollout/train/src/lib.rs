@@ -90,15 +90,7 @@ pub use evolve_operator_sdk::sampling::{
     Sampling, select_tasks, shuffle_key, trial_status_name as status_name,
 };
 
-/// A `tasks` error as the operator's error message.
-pub fn tasks_error(e: &TasksError) -> String {
-    match e {
-        TasksError::UnknownTask(name) => format!("tasks: {name:?} is not a train task"),
-        TasksError::InvalidRequest(msg) => format!("tasks: invalid request: {msg}"),
-        TasksError::BudgetExhausted => "tasks: the experiment's budget is exhausted".into(),
-        TasksError::Unavailable(msg) => format!("tasks: unavailable: {msg}"),
-    }
-}
+pub use evolve_operator_sdk::feedback::tasks_error;
 
 /// How the host's `tasks` capability starts the verifier output of a trial whose
 /// trajectory it kept (or could not keep).
