@@ -22,6 +22,7 @@ mod cli_bench;
 mod cli_operator;
 mod cli_recipe;
 mod cli_ux;
+mod coder;
 mod config_normalization;
 mod driver;
 mod gateway;

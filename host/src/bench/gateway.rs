@@ -296,8 +296,9 @@ pub(super) struct Upstream {
 /// What the scripted upstream answers, and how many requests it has seen.
 struct Scripted {
     requests: AtomicU64,
-    /// The assistant's content for a chat request.
-    answer: fn(&Value) -> String,
+    /// The assistant's message (`{"role": "assistant", "content": …, "tool_calls": …}`)
+    /// for a chat request.
+    answer: Box<dyn Fn(&Value) -> Value + Send + Sync>,
 }
 
 impl Upstream {
@@ -308,6 +309,17 @@ impl Upstream {
 
     /// An upstream whose answer to each chat request is `answer(request)`.
     pub(super) async fn answering(answer: fn(&Value) -> String) -> Result<Upstream, String> {
+        Upstream::answering_messages(
+            move |request| json!({"role": "assistant", "content": answer(request)}),
+        )
+        .await
+    }
+
+    /// An upstream whose assistant message for each chat request is `answer(request)`
+    /// (tool calls included; `finish_reason` says `tool_calls` when it has any).
+    pub(super) async fn answering_messages(
+        answer: impl Fn(&Value) -> Value + Send + Sync + 'static,
+    ) -> Result<Upstream, String> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .map_err(|e| format!("cannot bind the scripted upstream on 127.0.0.1: {e}"))?;
@@ -317,7 +329,7 @@ impl Upstream {
             .port();
         let state = Arc::new(Scripted {
             requests: AtomicU64::new(0),
-            answer,
+            answer: Box::new(answer),
         });
         let app = axum::Router::new()
             .route("/v1/chat/completions", axum::routing::post(completion))
@@ -367,11 +379,16 @@ async fn completion(
         return (StatusCode::BAD_REQUEST, axum::Json(error));
     }
     let (prompt, completion) = USAGE;
+    let message = (state.answer)(&request);
+    let finish = if message.get("tool_calls").is_some() {
+        "tool_calls"
+    } else {
+        "stop"
+    };
     let answer = json!({
         "id": "chatcmpl-bench", "object": "chat.completion", "created": 1_700_000_000u64,
         "model": MODEL,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": (state.answer)(&request)},
-                     "finish_reason": "stop"}],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
                   "total_tokens": prompt + completion},
     });

@@ -18,6 +18,7 @@
 //!
 //! Numbers are printed, never asserted: timing depends on the machine and its load.
 
+pub mod coder;
 pub mod fixture;
 pub mod gateway;
 pub mod generation;

@@ -503,6 +503,7 @@ fn operators(ws: &Workspace, audit: &Audit, row: &Row) -> Vec<Value> {
                 "elapsed_ms": result.as_ref().and_then(|r| r.get("elapsed_ms")).cloned(),
                 "error": result.as_ref().and_then(|r| r.get("error")).cloned(),
                 "logs": dir.as_deref().map(stage_logs),
+                "trajectory": dir.as_deref().is_some_and(super::trajectory::stage_has_trajectory),
             }))
         })
         .collect()
@@ -698,6 +699,34 @@ pub fn trial(
     let ev = evaluation_at(row, line)?;
     let stamped = stamped_trial(ev, task, trial)?;
     Ok(super::trajectory::trial(ws, row, ev, task, stamped))
+}
+
+/// `GET /api/generations/<genid>/stages/<stage>/trajectory`: the trajectory the stage's
+/// operator left in its scratch directory (`mutate/coder`'s conversation), bounded.
+pub fn stage_trajectory(
+    ws: &Workspace,
+    audit: &Audit,
+    genid: &str,
+    stage: &str,
+) -> Result<Value, ApiError> {
+    let row = known_row(audit, genid)?;
+    let Some(stage) = ALL_STAGES
+        .iter()
+        .map(|s| stage_name(*s))
+        .find(|s| *s == stage)
+    else {
+        return Err(ApiError::not_found(format!(
+            "`{}` is not a stage; the stages are {}",
+            clipped(stage),
+            ALL_STAGES
+                .iter()
+                .map(|s| stage_name(*s))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    };
+    let dir = stage_dir(ws, &row.genid, stage);
+    Ok(super::trajectory::stage(&row.genid, stage, dir.as_deref()))
 }
 
 /// The certified evaluation of `row` (its primary one or a sealed anchor) at archive

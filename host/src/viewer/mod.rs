@@ -113,6 +113,10 @@ pub fn router(viewer: Arc<Viewer>, port: u16) -> Router {
             "/api/generations/{genid}/evaluations/{line}/trials/{task}/{trial}",
             get(trial),
         )
+        .route(
+            "/api/generations/{genid}/stages/{stage}/trajectory",
+            get(stage_trajectory),
+        )
         .route("/api/champion/diff", get(champion_diff))
         .fallback(not_found)
         .with_state(viewer)
@@ -240,6 +244,16 @@ async fn trial(
 ) -> Response {
     answer(v, move |ws, a| {
         data::trial(ws, a, &genid, &line, &task, &trial)
+    })
+    .await
+}
+
+async fn stage_trajectory(
+    State(v): State<Arc<Viewer>>,
+    UrlPath((genid, stage)): UrlPath<(String, String)>,
+) -> Response {
+    answer(v, move |ws, a| {
+        data::stage_trajectory(ws, a, &genid, &stage)
     })
     .await
 }

@@ -124,3 +124,42 @@ pub fn trial(ws: &Workspace, row: &Row, ev: &Evaluation, task: &str, stamped: &V
     }
     out
 }
+
+/// The file a stage's operator leaves its own trajectory in, in its `/scratch` (e.g. the
+/// conversation of `mutate/coder`), as the run directory keeps it: `runs/gen-<id>/<stage>/scratch/`.
+pub const STAGE_SCRATCH: &str = "scratch";
+
+/// Whether the stage directory `dir` holds an operator's trajectory (a regular file in a
+/// real `scratch/` directory, never through a link).
+pub fn stage_has_trajectory(dir: &Path) -> bool {
+    let scratch = dir.join(STAGE_SCRATCH);
+    is_real_dir(&scratch)
+        && std::fs::symlink_metadata(trajectory::path(&scratch)).is_ok_and(|m| m.is_file())
+}
+
+/// The trajectory the operator of `stage` left for generation `genid`, read bounded as a
+/// trial's is. The operator wrote it, so it is read like any hostile file: no link is
+/// followed, and it is served as data, bounded.
+pub fn stage(genid: &str, stage: &str, dir: Option<&Path>) -> Value {
+    let mut out = json!({"genid": genid, "stage": stage, "available": false});
+    let Some(dir) = dir
+        .map(|d| d.join(STAGE_SCRATCH))
+        .filter(|d| is_real_dir(d))
+    else {
+        out["why"] = json!(
+            "this stage's run directory holds no scratch directory (never called, or removed by `evolve gc`)"
+        );
+        return out;
+    };
+    match summary::load(&dir, READ_CAP) {
+        Ok(t) => {
+            let bounded = summary::bound(&t, &VIEW_BOUNDS, &|s: &str| s.to_string());
+            out["available"] = json!(true);
+            out["counts"] = json!(summary::counts(&t));
+            out["cut"] = json!(bounded.cut);
+            out["trajectory"] = serde_json::to_value(&bounded.trajectory).unwrap_or(Value::Null);
+        }
+        Err(why) => out["why"] = json!(why.to_string()),
+    }
+    out
+}

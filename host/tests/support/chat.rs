@@ -188,6 +188,7 @@ pub struct ScriptedChat {
     /// The base URL (`http://127.0.0.1:PORT/v1`), for `model.endpoint`.
     pub url: String,
     requests: Arc<Mutex<Vec<Value>>>,
+    script: Arc<Mutex<std::collections::VecDeque<Answer>>>,
 }
 
 impl ScriptedChat {
@@ -201,6 +202,12 @@ impl ScriptedChat {
     pub fn calls(&self) -> usize {
         self.requests.lock().unwrap().len()
     }
+
+    /// Add answers to the script, for a test that learns what to say only after the
+    /// server started (e.g. a task name `init` chose).
+    pub fn push(&self, answers: Vec<Answer>) {
+        self.script.lock().unwrap().extend(answers);
+    }
 }
 
 /// A server answering its chat completions with `answers` in order; once they run out,
@@ -211,8 +218,9 @@ pub fn scripted_chat(answers: Vec<Answer>) -> ScriptedChat {
     let url = format!("http://{}/v1", listener.local_addr().unwrap());
     let requests = Arc::new(Mutex::new(Vec::new()));
     let seen = requests.clone();
+    let script = Arc::new(Mutex::new(std::collections::VecDeque::from(answers)));
+    let queue = script.clone();
     std::thread::spawn(move || {
-        let mut script = std::collections::VecDeque::from(answers);
         let mut last = Answer::text("");
         for mut stream in listener.incoming().flatten() {
             let Some(request) = read_request(&mut stream) else {
@@ -226,13 +234,17 @@ pub fn scripted_chat(answers: Vec<Answer>) -> ScriptedChat {
                 Value::String(String::from_utf8_lossy(&request.body).into_owned())
             });
             seen.lock().unwrap().push(body);
-            if let Some(next) = script.pop_front() {
+            if let Some(next) = queue.lock().unwrap().pop_front() {
                 last = next;
             }
             respond(&mut stream, &last.json());
         }
     });
-    ScriptedChat { url, requests }
+    ScriptedChat {
+        url,
+        requests,
+        script,
+    }
 }
 
 /// A server that answers the endpoint probe (its first request) and then stops

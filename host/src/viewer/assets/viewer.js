@@ -401,9 +401,11 @@ function logBlock(stage, name, log) {
   return html("details", {}, html("summary", { text: `${stage} · ${name}${note}` }), html("pre", { value: log.text }));
 }
 
-function operatorsBlock(ops) {
+function operatorsBlock(ops, genid) {
   const table = html("table");
-  table.append(html("tr", {}, ...["stage", "operator", "component sha256", "call"].map((h) => html("th", { text: h }))));
+  // Where a stage's own trajectory (e.g. mutate/coder's conversation) is drawn.
+  const panel = html("div", { className: "trajectory stage-trajectory", "data-state": "empty" });
+  table.append(html("tr", {}, ...["stage", "operator", "component sha256", "call", "trajectory"].map((h) => html("th", { text: h }))));
   const logs = [];
   for (const op of ops) {
     const digest = op.component_sha256 || op.frozen_sha256;
@@ -416,10 +418,13 @@ function operatorsBlock(ops) {
     const call = !op.called ? "not called"
       : op.error ? joined(["failed:", value(op.error.kind || ""), value(op.error.message || "")], " ")
       : `ok · ${op.elapsed_ms} ms`;
-    table.append(html("tr", {}, html("td", { text: op.stage }), html("td", { value: op.operator || "–" }), digestCell, html("td", {}, call)));
+    const trajectory = op.trajectory
+      ? html("button", { type: "button", className: "show-stage-trajectory", "data-stage": op.stage, onclick: () => showStageTrajectory(panel, genid, op.stage) }, "view")
+      : html("span", { className: "hint", text: "–" });
+    table.append(html("tr", {}, html("td", { text: op.stage }), html("td", { value: op.operator || "–" }), digestCell, html("td", {}, call), html("td", {}, trajectory)));
     if (op.logs) for (const name of ["stdout", "stderr", "model"]) logs.push(logBlock(op.stage, name === "model" ? "model calls" : name, op.logs[name]));
   }
-  const wrap = html("div", {}, table);
+  const wrap = html("div", {}, table, panel);
   const shown = logs.filter(Boolean);
   if (shown.length) wrap.append(...shown);
   else wrap.append(html("p", { className: "hint", text: "no operator output was captured for this generation" }));
@@ -493,7 +498,10 @@ function stepNode(step) {
 }
 
 function renderTrajectory(panel, t) {
-  panel.replaceChildren(html("h4", {}, "Trajectory of ", value(t.task), ` trial ${t.trial}`, t.purpose ? ` (${t.purpose} evaluation, attempt ${t.attempt ?? "–"})` : ""));
+  const title = t.stage
+    ? html("h4", {}, "Trajectory of the ", value(t.stage), " operator")
+    : html("h4", {}, "Trajectory of ", value(t.task), ` trial ${t.trial}`, t.purpose ? ` (${t.purpose} evaluation, attempt ${t.attempt ?? "–"})` : "");
+  panel.replaceChildren(title);
   if (!t.available) {
     panel.append(html("p", { className: "hint", value: t.why || "no trajectory" }));
     return;
@@ -516,6 +524,20 @@ async function showTrajectory(panel, genid, line, task, trial) {
     renderTrajectory(panel, t);
     panel.dataset.task = task;
     panel.dataset.trial = String(trial);
+    panel.dataset.state = "loaded";
+    showError(null);
+  } catch (e) {
+    panel.dataset.state = "error";
+    showError(e);
+  }
+}
+
+async function showStageTrajectory(panel, genid, stage) {
+  panel.dataset.state = "loading";
+  try {
+    const enc = encodeURIComponent;
+    renderTrajectory(panel, await getJSON(`/api/generations/${enc(genid)}/stages/${enc(stage)}/trajectory`));
+    panel.dataset.stage = stage;
     panel.dataset.state = "loaded";
     showError(null);
   } catch (e) {
@@ -547,7 +569,7 @@ function renderDetail(g) {
     ["annotations", Object.keys(g.annotations || {}).length ? html("span", { className: "annotations" }, jsonValue(g.annotations)) : undefined],
   ]));
   const d = $("detail");
-  d.replaceChildren(html("h3", { text: "Operators" }), operatorsBlock(g.operators));
+  d.replaceChildren(html("h3", { text: "Operators" }), operatorsBlock(g.operators, g.genid));
   if (g.evaluation) d.append(trialsBlock(g.genid, g.evaluation, `Evaluation (${g.evaluation.purpose})`));
   for (const a of g.anchors) d.append(trialsBlock(g.genid, a, "Sealed anchor"));
   const events = g.events.map((e) => html("span", {}, jsonValue(e)));
