@@ -55,6 +55,9 @@ pub const MAX_CLUES: usize = 32;
 
 // ------------------------------------------------------------------ ATIF types
 
+// The guest side of `evaluator_harbor::trajectory`'s types (that crate is the host's and
+// does not build for wasm32-wasip2): the fields operators read, unknown ones ignored.
+
 /// One trajectory (ATIF v1.4), the fields an operator reads; others are ignored.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Trajectory {
@@ -137,7 +140,9 @@ impl ToolCall {
     /// `name: arguments`, with a lone string argument (`{"command": "ls"}`) shown bare.
     pub fn text(&self) -> String {
         let args = match &self.arguments {
-            Value::Object(m) if m.len() == 1 => value_text(m.values().next().unwrap_or(&Value::Null)),
+            Value::Object(m) if m.len() == 1 => {
+                value_text(m.values().next().unwrap_or(&Value::Null))
+            }
             other => value_text(other),
         };
         format!("{}: {args}", self.function_name)
@@ -353,11 +358,12 @@ impl Bundle {
             .iter()
             .map(|t| {
                 let file = join_file(t, &index);
-                let trajectory = match (&file, t.trajectory.as_ref().and_then(|r| r.skipped.clone())) {
-                    (Some(f), _) => self.trajectory(f),
-                    (None, Some(why)) => Err(format!("the host did not keep it: {why}")),
-                    (None, None) => Err("the trial left no trajectory".into()),
-                };
+                let trajectory =
+                    match (&file, t.trajectory.as_ref().and_then(|r| r.skipped.clone())) {
+                        (Some(f), _) => self.trajectory(f),
+                        (None, Some(why)) => Err(format!("the host did not keep it: {why}")),
+                        (None, None) => Err("the trial left no trajectory".into()),
+                    };
                 Joined {
                     trial: t.clone(),
                     file,
@@ -436,6 +442,13 @@ pub fn cases(summary: &Value, bundle: Option<&Bundle>) -> Result<Vec<Case>, Stri
             }
         })
         .collect())
+}
+
+/// [`cases`] of a rollout evidence summary as the host hands it (JSON text).
+pub fn cases_of(rollout_summary: &str, bundle: Option<&Bundle>) -> Result<Vec<Case>, String> {
+    let summary: Value = serde_json::from_str(rollout_summary)
+        .map_err(|e| format!("the rollout summary is not JSON: {e}"))?;
+    cases(&summary, bundle)
 }
 
 impl Case {
@@ -733,7 +746,11 @@ pub fn extract(t: &Trajectory, focus: Option<usize>, w: Window) -> Vec<StepExtra
                 step_id: s.step_id,
                 source: s.source.name(),
                 message: clip(&s.message, w.field_chars),
-                tool_calls: s.tool_calls.iter().map(|c| clip(&c.text(), w.field_chars)).collect(),
+                tool_calls: s
+                    .tool_calls
+                    .iter()
+                    .map(|c| clip(&c.text(), w.field_chars))
+                    .collect(),
                 failure: failure_signal(&observed),
                 observation: clip(&observed, w.field_chars),
                 culprit: marked == Some(i),
@@ -742,15 +759,7 @@ pub fn extract(t: &Trajectory, focus: Option<usize>, w: Window) -> Vec<StepExtra
         .collect()
 }
 
-/// The last `n` characters of `s`.
-pub fn tail(s: &str, n: usize) -> &str {
-    let count = s.chars().count();
-    if count <= n {
-        return s;
-    }
-    let start = s.char_indices().nth(count - n).map_or(s.len(), |(i, _)| i);
-    &s[start..]
-}
+pub use crate::feedback::tail;
 
 /// A trial's verifier output without the host's `[trajectory] {…}` first line.
 pub fn verifier_text(output: &str) -> &str {
@@ -819,7 +828,8 @@ pub mod testing {
                 index.push(json!({"task": t.task, "repetition": 0, "status": "benchmark-complete",
                                   "reward": t.reward, "json": rel, "text": rel.replace(".json", ".txt"),
                                   "steps": tr.steps.len()}));
-                entry["trajectory"] = json!({"json": format!("{DIR}/{rel}"), "steps": tr.steps.len()});
+                entry["trajectory"] =
+                    json!({"json": format!("{DIR}/{rel}"), "steps": tr.steps.len()});
             }
             listed.push(entry);
         }

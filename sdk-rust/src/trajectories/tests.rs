@@ -43,7 +43,10 @@ fn atif_reads_with_unknown_fields_and_renders_actions() {
     assert_eq!(t.steps[2].action(), "bash: ls /app");
     assert!(t.steps[3].observed().contains("<returncode>2</returncode>"));
     // A step without tool calls acts through its message.
-    assert_eq!(t.steps[1].action(), "Convert /app/users.csv to /app/users.json.");
+    assert_eq!(
+        t.steps[1].action(),
+        "Convert /app/users.csv to /app/users.json."
+    );
     let call = ToolCall {
         tool_call_id: "x".into(),
         function_name: "edit".into(),
@@ -90,7 +93,8 @@ fn failure_signals() {
 #[test]
 fn the_verifier_points_at_the_step_that_touched_its_file() {
     let t = sample();
-    let out = "error in an array of 4 objects: [Errno 2] No such file or directory: '/app/users.json'";
+    let out =
+        "error in an array of 4 objects: [Errno 2] No such file or directory: '/app/users.json'";
     let c = culprit(&t, out).unwrap();
     assert_eq!(c.step_id, 4);
     assert_eq!(c.rule, Rule::VerifierPointer);
@@ -158,7 +162,13 @@ fn extracts_keep_a_clipped_window_around_the_focus() {
 #[test]
 fn clip_keeps_head_and_tail() {
     assert_eq!(clip("short", 10), "short");
-    let c = clip(&"a".repeat(50).chars().chain("Z".repeat(50).chars()).collect::<String>(), 30);
+    let c = clip(
+        &"a".repeat(50)
+            .chars()
+            .chain("Z".repeat(50).chars())
+            .collect::<String>(),
+        30,
+    );
     assert!(c.starts_with(&"a".repeat(20)));
     assert!(c.ends_with(&"Z".repeat(10)));
     assert!(c.contains("[… 70 more characters cut]"));
@@ -239,11 +249,22 @@ fn the_bundle_joins_trials_to_their_trajectories() {
 fn the_bundle_refuses_links_escapes_and_large_files() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    write(root, "outside.json", &serde_json::to_string(&sample()).unwrap());
+    write(
+        root,
+        "outside.json",
+        &serde_json::to_string(&sample()).unwrap(),
+    );
     std::fs::create_dir_all(root.join("b/trajectories")).unwrap();
-    std::os::unix::fs::symlink(root.join("outside.json"), root.join("b/trajectories/l.json"))
-        .unwrap();
-    write(root, "b/trajectories/big.json", &"x".repeat(READ_CAP as usize + 1));
+    std::os::unix::fs::symlink(
+        root.join("outside.json"),
+        root.join("b/trajectories/l.json"),
+    )
+    .unwrap();
+    write(
+        root,
+        "b/trajectories/big.json",
+        &"x".repeat(READ_CAP as usize + 1),
+    );
     let bundle = Bundle::open(&root.join("b")).unwrap();
     assert_eq!(
         bundle.trajectory("l.json").unwrap_err(),
@@ -332,7 +353,11 @@ fn cases_join_and_find_the_culprit_of_failed_trials_only() {
 
 #[test]
 fn rule_names_are_their_json() {
-    for r in [Rule::VerifierPointer, Rule::LastFailingObservation, Rule::LastToolCall] {
+    for r in [
+        Rule::VerifierPointer,
+        Rule::LastFailingObservation,
+        Rule::LastToolCall,
+    ] {
         assert_eq!(serde_json::to_value(r).unwrap(), json!(r.name()));
     }
 }

@@ -30,7 +30,9 @@ use std::path::Path;
 
 use evolve_operator_sdk::config::{array, boolean, integer, string};
 use evolve_operator_sdk::prelude::*;
-use evolve_operator_sdk::trajectories::{Bundle, Case, Rule, Window, cases, clip, verifier_text};
+use evolve_operator_sdk::trajectories::{
+    Bundle, Case, Rule, Window, cases_of, clip, verifier_text,
+};
 
 pub struct ReflectiveDataset;
 
@@ -153,12 +155,18 @@ pub fn natural_language_feedback(case: &Case, field_chars: usize) -> String {
     match (case.culprit.as_ref(), case.culprit_step()) {
         (Some(c), Some(step)) => {
             let action = clip(step.action().trim(), 160);
-            out.push_str(&format!(" It went wrong at step {} (`{action}`)", c.step_id));
+            out.push_str(&format!(
+                " It went wrong at step {} (`{action}`)",
+                c.step_id
+            ));
             if let Some(f) = &c.failure {
                 out.push_str(&format!(", whose output shows {f}"));
             }
             if c.rule == Rule::VerifierPointer {
-                out.push_str(&format!("; the verifier points there ({})", c.clues.join(", ")));
+                out.push_str(&format!(
+                    "; the verifier points there ({})",
+                    c.clues.join(", ")
+                ));
             }
             out.push('.');
         }
@@ -249,9 +257,7 @@ pub fn analyze_with(
     scratch: &Path,
 ) -> Result<Evidence, String> {
     let cfg: Config = ctx.config_as()?;
-    let summary: Value = evolve_operator_sdk::serde_json::from_str(&rollout.summary)
-        .map_err(|e| format!("the rollout summary is not JSON: {e}"))?;
-    let all = cases(&summary, feedback)?;
+    let all = cases_of(&rollout.summary, feedback)?;
     let chosen = chosen(&all, &cfg);
     let records: Vec<Value> = chosen.iter().map(|c| record(c, &cfg)).collect();
     let dataset: Map<String, Value> = cfg

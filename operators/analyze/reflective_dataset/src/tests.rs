@@ -1,4 +1,5 @@
 use super::*;
+use evolve_operator_sdk::trajectories::cases;
 use evolve_operator_sdk::trajectories::testing::{TrialSpec, bundle, trajectory};
 
 fn ctx(config: Value) -> Context {
@@ -59,7 +60,10 @@ fn builds_gepa_records_for_every_component() {
     let dataset = parse(&std::fs::read_to_string(scratch.join(DATASET)).unwrap());
     let keys: Vec<&String> = dataset.as_object().unwrap().keys().collect();
     assert_eq!(keys, ["target/prompts/system.md", "target/agent.yaml"]);
-    assert_eq!(dataset["target/prompts/system.md"], dataset["target/agent.yaml"]);
+    assert_eq!(
+        dataset["target/prompts/system.md"],
+        dataset["target/agent.yaml"]
+    );
     let records = dataset["target/agent.yaml"].as_array().unwrap();
     assert_eq!(records.len(), 3, "GEPA keeps every trial by default");
 
@@ -117,7 +121,10 @@ fn only_failed_max_records_and_the_summary_budget() {
     let records = dataset["target/a.md"].as_array().unwrap();
     assert_eq!(records.len(), 1);
     assert_eq!(records[0]["Inputs"]["task_id"], "csv#0");
-    assert_eq!(parse(&ev.summary)["outcomes"], json!({"passed": 0, "failed": 1}));
+    assert_eq!(
+        parse(&ev.summary)["outcomes"],
+        json!({"passed": 0, "failed": 1})
+    );
 
     let summary = parse(&rollout.summary);
     let all = cases(&summary, b.as_ref()).unwrap();
@@ -138,7 +145,11 @@ fn only_failed_max_records_and_the_summary_budget() {
 fn schema_defaults_and_bounds() {
     let schema = <ReflectiveDataset as Operator>::config().build().unwrap();
     assert_eq!(
-        Value::Object(schema.normalize(r#"{"components": ["target/p.md"]}"#).unwrap()),
+        Value::Object(
+            schema
+                .normalize(r#"{"components": ["target/p.md"]}"#)
+                .unwrap()
+        ),
         json!({"components": ["target/p.md"], "max_records": 32, "only_failed": false,
                "steps_per_record": 6, "field_chars": 1000, "max_chars": 6000})
     );

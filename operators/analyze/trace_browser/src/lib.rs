@@ -24,7 +24,7 @@ use std::path::Path;
 
 use evolve_operator_sdk::config::integer;
 use evolve_operator_sdk::prelude::*;
-use evolve_operator_sdk::trajectories::{Bundle, Case, Window, cases};
+use evolve_operator_sdk::trajectories::{Bundle, Case, Window, cases_of};
 
 pub struct TraceBrowser;
 
@@ -144,13 +144,12 @@ pub fn analyze_with(
     scratch: &Path,
 ) -> Result<Evidence, String> {
     let cfg: Config = ctx.config_as()?;
-    let summary: Value = evolve_operator_sdk::serde_json::from_str(&rollout.summary)
-        .map_err(|e| format!("the rollout summary is not JSON: {e}"))?;
-    let all = cases(&summary, feedback)?;
+    let all = cases_of(&rollout.summary, feedback)?;
     let failed: Vec<&Case> = all.iter().filter(|c| c.trial.failed()).collect();
     let mut text = render(&all, &failed, cfg.window(cfg.field_chars), false).to_string();
     text.push('\n');
-    std::fs::write(scratch.join(TRACES), text).map_err(|e| format!("cannot write {TRACES}: {e}"))?;
+    std::fs::write(scratch.join(TRACES), text)
+        .map_err(|e| format!("cannot write {TRACES}: {e}"))?;
     Ok(Evidence {
         summary: bounded_summary(&all, &cfg).to_string(),
         artifacts: vec![TRACES.into()],

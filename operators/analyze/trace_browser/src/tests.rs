@@ -1,4 +1,5 @@
 use super::*;
+use evolve_operator_sdk::trajectories::cases;
 use evolve_operator_sdk::trajectories::testing::{TrialSpec, bundle, trajectory};
 
 fn ctx(config: Value) -> Context {
@@ -36,7 +37,12 @@ fn fixture(root: &Path) -> Evidence {
                 task: "grep",
                 reward: 0.25,
                 verifier_output: "FAIL 3 of 4 checks",
-                trajectory: Some(trajectory("grep", "grep -c x input.txt", "bash: grepx: command not found", 127)),
+                trajectory: Some(trajectory(
+                    "grep",
+                    "grep -c x input.txt",
+                    "bash: grepx: command not found",
+                    127,
+                )),
             },
             TrialSpec {
                 task: "lost",
@@ -63,7 +69,12 @@ fn traces_the_failed_trials_to_the_step_where_each_went_wrong() {
     assert_eq!(ev.artifacts, [TRACES]);
     let s = parse(&ev.summary);
     assert_eq!(
-        (&s["trials"], &s["failed"], &s["with_trajectory"], &s["truncated"]),
+        (
+            &s["trials"],
+            &s["failed"],
+            &s["with_trajectory"],
+            &s["truncated"]
+        ),
         (&json!(4), &json!(3), &json!(3), &json!(false))
     );
     let traces = s["traces"].as_array().unwrap();

@@ -26,7 +26,7 @@ use evolve_operator_sdk::feedback::model_error;
 use evolve_operator_sdk::model::{self, ChatRequest, ChatResponse, Message, ModelError, Role};
 use evolve_operator_sdk::prelude::*;
 use evolve_operator_sdk::trajectories::{
-    Bundle, Case, StepExtract, Window, cases, clip, tail, verifier_text,
+    Bundle, Case, StepExtract, Window, cases_of, clip, tail, verifier_text,
 };
 
 pub struct TrajectoryJudge;
@@ -63,12 +63,22 @@ impl Operator for TrajectoryJudge {
             )
             .field(
                 "steps_before",
-                int(3, 0.0, 20.0, "Steps shown before the step where a trial went wrong"),
+                int(
+                    3,
+                    0.0,
+                    20.0,
+                    "Steps shown before the step where a trial went wrong",
+                ),
             )
             .field("steps_after", int(1, 0.0, 10.0, "Steps shown after it"))
             .field(
                 "field_chars",
-                int(400, 80.0, 4000.0, "Characters shown of each message, command and output"),
+                int(
+                    400,
+                    80.0,
+                    4000.0,
+                    "Characters shown of each message, command and output",
+                ),
             )
             .field(
                 "max_prompt_chars",
@@ -76,7 +86,12 @@ impl Operator for TrajectoryJudge {
             )
             .field(
                 "max_tokens",
-                int(600, 16.0, 8192.0, "Upper bound on the model's answer, in tokens"),
+                int(
+                    600,
+                    16.0,
+                    8192.0,
+                    "Upper bound on the model's answer, in tokens",
+                ),
             )
             .field(
                 "temperature",
@@ -88,7 +103,12 @@ impl Operator for TrajectoryJudge {
             )
             .field(
                 "max_answer_chars",
-                int(4000, 200.0, 20000.0, "Longest verdict kept in the summary, in characters"),
+                int(
+                    4000,
+                    200.0,
+                    20000.0,
+                    "Longest verdict kept in the summary, in characters",
+                ),
             )
     }
 }
@@ -129,7 +149,10 @@ pub fn case_text(case: &Case, w: Window) -> String {
         "## Trial {} ({}, reward {reward})\nVerifier output:\n{}\n",
         t.key(),
         t.status.as_deref().unwrap_or("unknown status"),
-        clip(tail(verifier_text(&t.verifier_output), OUTPUT_CHARS), w.field_chars),
+        clip(
+            tail(verifier_text(&t.verifier_output), OUTPUT_CHARS),
+            w.field_chars
+        ),
     );
     match (&case.culprit, &case.note) {
         (Some(c), _) => out.push_str(&format!(
@@ -180,9 +203,7 @@ pub fn judge_with(
     chat: &mut dyn FnMut(&ChatRequest) -> Result<ChatResponse, ModelError>,
 ) -> Result<Evidence, String> {
     let cfg: Config = ctx.config_as()?;
-    let summary: Value = evolve_operator_sdk::serde_json::from_str(&rollout.summary)
-        .map_err(|e| format!("the rollout summary is not JSON: {e}"))?;
-    let all = cases(&summary, feedback)?;
+    let all = cases_of(&rollout.summary, feedback)?;
     let failed: Vec<&Case> = all.iter().filter(|c| c.trial.failed()).collect();
     if failed.is_empty() {
         let summary = json!({"judged": [], "left_out": 0, "culprits": [], "verdict": null,

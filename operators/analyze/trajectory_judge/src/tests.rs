@@ -1,4 +1,5 @@
 use super::*;
+use evolve_operator_sdk::trajectories::cases;
 use evolve_operator_sdk::trajectories::testing::{TrialSpec, bundle, trajectory};
 
 fn ctx(config: Value) -> Context {
@@ -63,7 +64,9 @@ fn one_metered_call_judges_the_failed_trials() {
         &scratch,
         &mut |r| {
             seen.push(r.clone());
-            Ok(answer("  csv#0 went wrong at step 4: conv.py does not exist.  "))
+            Ok(answer(
+                "  csv#0 went wrong at step 4: conv.py does not exist.  ",
+            ))
         },
     )
     .unwrap();
@@ -72,13 +75,31 @@ fn one_metered_call_judges_the_failed_trials() {
     assert_eq!((r.max_tokens, r.temperature), (Some(300), Some(0.0)));
     assert_eq!(r.messages[0].content, SYSTEM);
     let user = &r.messages[1].content;
-    assert!(user.contains("## Trial csv#0 (benchmark-complete, reward 0)"), "{user}");
-    assert!(user.contains("Where it went wrong (by rule verifier_pointer): step 4"), "{user}");
+    assert!(
+        user.contains("## Trial csv#0 (benchmark-complete, reward 0)"),
+        "{user}"
+    );
+    assert!(
+        user.contains("Where it went wrong (by rule verifier_pointer): step 4"),
+        "{user}"
+    );
     assert!(user.contains("[step 4 agent]  <- went wrong\n"), "{user}");
-    assert!(user.contains("  call: bash: python3 conv.py > /app/out.json\n"), "{user}");
-    assert!(user.contains("## Trial grep#0 (benchmark-complete, reward 0.5)"), "{user}");
-    assert!(user.contains("No trajectory: the trial left no trajectory"), "{user}");
-    assert!(!user.contains("Solve csv in /app."), "the instruction is not repeated");
+    assert!(
+        user.contains("  call: bash: python3 conv.py > /app/out.json\n"),
+        "{user}"
+    );
+    assert!(
+        user.contains("## Trial grep#0 (benchmark-complete, reward 0.5)"),
+        "{user}"
+    );
+    assert!(
+        user.contains("No trajectory: the trial left no trajectory"),
+        "{user}"
+    );
+    assert!(
+        !user.contains("Solve csv in /app."),
+        "the instruction is not repeated"
+    );
 
     let s = parse(&ev.summary);
     assert_eq!(
@@ -119,7 +140,11 @@ fn the_prompt_and_the_verdict_are_bounded() {
     let huge = long(50_000);
     let (text, shown) = user_prompt(&[&huge, &a], &cfg);
     assert_eq!(shown, 1);
-    assert!(text.chars().count() <= 2000 + 40, "{}", text.chars().count());
+    assert!(
+        text.chars().count() <= 2000 + 40,
+        "{}",
+        text.chars().count()
+    );
     assert!(text.contains("more characters cut]"));
 
     let ev = judge_with(
@@ -140,13 +165,20 @@ fn nothing_failed_means_no_call_and_a_model_error_is_the_operators_error() {
     let dir = tempfile::tempdir().unwrap();
     let b = Bundle::open(dir.path());
     let passed = fixture(dir.path(), false);
-    let ev = judge_with(&ctx(json!({})), &passed, b.as_ref(), dir.path(), &mut |_| {
-        panic!("the model must not be called")
-    })
+    let ev = judge_with(
+        &ctx(json!({})),
+        &passed,
+        b.as_ref(),
+        dir.path(),
+        &mut |_| panic!("the model must not be called"),
+    )
     .unwrap();
     let s = parse(&ev.summary);
     assert_eq!(s["judged"], json!([]));
-    assert_eq!(s["note"], "no failed train trial to judge: the model was not called");
+    assert_eq!(
+        s["note"],
+        "no failed train trial to judge: the model was not called"
+    );
 
     let failed = fixture(dir.path(), true);
     for (error, text) in [
@@ -163,9 +195,13 @@ fn nothing_failed_means_no_call_and_a_model_error_is_the_operators_error() {
             "analyze/trajectory_judge: model: unavailable: no model is configured",
         ),
     ] {
-        let err = judge_with(&ctx(json!({})), &failed, b.as_ref(), dir.path(), &mut |_| {
-            Err(error.clone())
-        })
+        let err = judge_with(
+            &ctx(json!({})),
+            &failed,
+            b.as_ref(),
+            dir.path(),
+            &mut |_| Err(error.clone()),
+        )
         .unwrap_err();
         assert_eq!(err, text);
     }
