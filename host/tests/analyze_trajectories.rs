@@ -227,7 +227,7 @@ fn trajectory_judge_is_one_metered_call_over_train_trajectories() {
     let prompt = judged[0]["messages"][1]["content"].as_str().unwrap();
     assert!(prompt.contains("<- went wrong"), "{prompt}");
     // Metered: the analyze stage's model log has the call.
-    let log = read(&ran.gen1().join("analyze/model.jsonl"));
+    let log = read(&ran.gen1().join("analyze/model/model.jsonl"));
     assert_eq!(log.lines().count(), 1, "{log}");
     let judgement = ran.scratch("trajectory_judge.json");
     assert_eq!(judgement["response"]["content"], VERDICT);

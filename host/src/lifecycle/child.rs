@@ -643,9 +643,9 @@ impl Driver {
 }
 
 /// The directory of analyze's feedback bundle in a generation's run directory.
-pub(crate) const ANALYZE_FEEDBACK: &str = "analyze-feedback";
+const ANALYZE_FEEDBACK: &str = "analyze-feedback";
 /// The directory of mutate's feedback bundle in a generation's run directory.
-pub(crate) const MUTATE_FEEDBACK: &str = "feedback";
+const MUTATE_FEEDBACK: &str = "feedback";
 
 /// What a feedback bundle is made of: its directory's name, the parent, the rollout
 /// evidence and (mutate's only) the analysis.

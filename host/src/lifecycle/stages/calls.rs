@@ -88,7 +88,8 @@ impl Stages {
     ) -> Result<Evidence, StageFailure> {
         let record = json!({
             "rollout": {"summary": rollout.summary, "artifacts": rollout.artifacts},
-            "feedback": format!("{}/", crate::lifecycle::child::ANALYZE_FEEDBACK),
+            // The bundle's directory in the run directory (`analyze-feedback/`).
+            "feedback": format!("{}/", feedback.file_name().unwrap_or_default().to_string_lossy()),
         });
         let ctx = self.context(Stage::Analyze, at.genid, at.parent);
         let input = StageInput::Analyze {
