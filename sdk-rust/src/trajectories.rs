@@ -612,18 +612,11 @@ pub fn failure_signal(observed: &str) -> Option<String> {
         .map(|s| s.trim_end_matches(':').to_string())
 }
 
-/// The step where the trial went wrong (rules in the module documentation).
-pub fn culprit(t: &Trajectory, verifier_output: &str) -> Option<Culprit> {
-    let agent: Vec<(usize, &Step)> = t
-        .steps
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| s.source == Source::Agent)
-        .collect();
-    let clues = clues(verifier_output);
+/// Rule 1: the agent step the verifier's `clues` point at, if any.
+fn pointed(agent: &[(usize, &Step)], clues: &[String]) -> Option<Culprit> {
     // (clues matched, failing, position): the greatest wins.
-    let mut best: Option<(usize, bool, usize, Vec<String>, Option<String>)> = None;
-    for &(i, s) in &agent {
+    let mut best: Option<((usize, bool, usize), Culprit)> = None;
+    for &(i, s) in agent {
         let (action, observed) = (s.action(), s.observed());
         let matched: Vec<String> = clues
             .iter()
@@ -635,18 +628,30 @@ pub fn culprit(t: &Trajectory, verifier_output: &str) -> Option<Culprit> {
         }
         let failure = failure_signal(&observed);
         let key = (matched.len(), failure.is_some(), i);
-        if best.as_ref().is_none_or(|b| key >= (b.0, b.1, b.2)) {
-            best = Some((key.0, key.1, i, matched, failure));
+        if best.as_ref().is_none_or(|(k, _)| key >= *k) {
+            let c = Culprit {
+                step_id: s.step_id,
+                index: i,
+                rule: Rule::VerifierPointer,
+                clues: matched,
+                failure,
+            };
+            best = Some((key, c));
         }
     }
-    if let Some((_, _, i, matched, failure)) = best {
-        return Some(Culprit {
-            step_id: t.steps[i].step_id,
-            index: i,
-            rule: Rule::VerifierPointer,
-            clues: matched,
-            failure,
-        });
+    best.map(|(_, c)| c)
+}
+
+/// The step where the trial went wrong (rules in the module documentation).
+pub fn culprit(t: &Trajectory, verifier_output: &str) -> Option<Culprit> {
+    let agent: Vec<(usize, &Step)> = t
+        .steps
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.source == Source::Agent)
+        .collect();
+    if let Some(c) = pointed(&agent, &clues(verifier_output)) {
+        return Some(c);
     }
     let failing = agent
         .iter()

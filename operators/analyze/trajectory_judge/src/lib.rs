@@ -182,7 +182,7 @@ pub fn user_prompt(failed: &[&Case], cfg: &Config) -> (String, usize) {
     let mut shown = 0;
     for case in failed.iter().take(cfg.max_trials) {
         let text = case_text(case, w);
-        let fits = out.chars().count() + text.chars().count() + 1 <= cfg.max_prompt_chars;
+        let fits = out.chars().count() + text.chars().count() < cfg.max_prompt_chars;
         if !fits && shown > 0 {
             break;
         }
