@@ -766,6 +766,12 @@ pub fn extract(t: &Trajectory, focus: Option<usize>, w: Window) -> Vec<StepExtra
 
 pub use crate::feedback::tail;
 
+/// Write `value` as one line of JSON to `scratch/name` (an evidence artifact).
+pub fn write_artifact(scratch: &Path, name: &str, value: &Value) -> Result<(), String> {
+    std::fs::write(scratch.join(name), format!("{value}\n"))
+        .map_err(|e| format!("cannot write {name}: {e}"))
+}
+
 /// A trial's verifier output without the host's `[trajectory] {…}` first line.
 pub fn verifier_text(output: &str) -> &str {
     match output.strip_prefix("[trajectory] ") {

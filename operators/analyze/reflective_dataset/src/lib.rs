@@ -31,7 +31,7 @@ use std::path::Path;
 use evolve_operator_sdk::config::{array, boolean, integer, string};
 use evolve_operator_sdk::prelude::*;
 use evolve_operator_sdk::trajectories::{
-    Bundle, Case, Rule, Window, cases_of, clip, verifier_text,
+    Bundle, Case, Rule, Window, cases_of, clip, verifier_text, write_artifact,
 };
 
 pub struct ReflectiveDataset;
@@ -265,10 +265,7 @@ pub fn analyze_with(
         .iter()
         .map(|c| (c.clone(), Value::Array(records.clone())))
         .collect();
-    let mut text = Value::Object(dataset).to_string();
-    text.push('\n');
-    std::fs::write(scratch.join(DATASET), text)
-        .map_err(|e| format!("cannot write {DATASET}: {e}"))?;
+    write_artifact(scratch, DATASET, &Value::Object(dataset))?;
     Ok(Evidence {
         summary: bounded_summary(&chosen, &cfg).to_string(),
         artifacts: vec![DATASET.into()],

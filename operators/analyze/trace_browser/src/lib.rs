@@ -24,7 +24,7 @@ use std::path::Path;
 
 use evolve_operator_sdk::config::integer;
 use evolve_operator_sdk::prelude::*;
-use evolve_operator_sdk::trajectories::{Bundle, Case, Window, cases_of};
+use evolve_operator_sdk::trajectories::{Bundle, Case, Window, cases_of, write_artifact};
 
 pub struct TraceBrowser;
 
@@ -146,10 +146,8 @@ pub fn analyze_with(
     let cfg: Config = ctx.config_as()?;
     let all = cases_of(&rollout.summary, feedback)?;
     let failed: Vec<&Case> = all.iter().filter(|c| c.trial.failed()).collect();
-    let mut text = render(&all, &failed, cfg.window(cfg.field_chars), false).to_string();
-    text.push('\n');
-    std::fs::write(scratch.join(TRACES), text)
-        .map_err(|e| format!("cannot write {TRACES}: {e}"))?;
+    let full = render(&all, &failed, cfg.window(cfg.field_chars), false);
+    write_artifact(scratch, TRACES, &full)?;
     Ok(Evidence {
         summary: bounded_summary(&all, &cfg).to_string(),
         artifacts: vec![TRACES.into()],

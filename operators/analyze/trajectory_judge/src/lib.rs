@@ -26,7 +26,7 @@ use evolve_operator_sdk::feedback::model_error;
 use evolve_operator_sdk::model::{self, ChatRequest, ChatResponse, Message, ModelError, Role};
 use evolve_operator_sdk::prelude::*;
 use evolve_operator_sdk::trajectories::{
-    Bundle, Case, StepExtract, Window, cases_of, clip, tail, verifier_text,
+    Bundle, Case, StepExtract, Window, cases_of, clip, tail, verifier_text, write_artifact,
 };
 
 pub struct TrajectoryJudge;
@@ -238,8 +238,7 @@ pub fn judge_with(
         "response": {"content": response.content, "input_tokens": response.input_tokens,
                      "output_tokens": response.output_tokens, "usd": response.usd},
     });
-    std::fs::write(scratch.join(JUDGEMENT), format!("{record}\n"))
-        .map_err(|e| format!("cannot write {JUDGEMENT}: {e}"))?;
+    write_artifact(scratch, JUDGEMENT, &record)?;
     let summary = json!({
         "judged": judged.iter().map(|c| c.trial.key()).collect::<Vec<_>>(),
         "left_out": failed.len() - shown,
