@@ -17,6 +17,7 @@ mod upstream;
 mod ws;
 
 mod agent_model;
+mod analyze_trajectories;
 mod architecture;
 mod cli_bench;
 mod cli_operator;

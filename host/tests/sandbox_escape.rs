@@ -157,6 +157,61 @@ async fn mutate_cannot_write_read_only_feedback() {
     assert_eq!(before.changes(&fx.snapshot()), Vec::<String>::new());
 }
 
+/// The hostile analyze operator on the fixture, granted as a lifecycle analyze call is:
+/// `/target` and `/feedback` read-only, `/scratch`.
+async fn run_analyze(fx: &Fixture, attack: &str) -> evolve::sandbox::CallReport {
+    let op = load("hostile_analyze", Stage::Analyze);
+    let input = evolve::sandbox::StageInput::Analyze {
+        ctx: ctx(serde_json::json!({ "attack": attack })),
+        rollout: evolve::sandbox::types::Evidence {
+            summary: "{}".into(),
+            artifacts: Vec::new(),
+        },
+    };
+    let grants = fx.grants(Stage::Analyze, false);
+    sandbox()
+        .call(
+            &op,
+            &grants,
+            &Limits::default(),
+            Capabilities::default(),
+            input,
+        )
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn analyze_reads_its_feedback_bundle_but_cannot_write_it_or_the_candidate() {
+    let fx = Fixture::new();
+    let before = fx.snapshot();
+    let report = run_analyze(&fx, "write_feedback").await;
+    assert_all_denied(
+        reported(&report),
+        &[
+            "create /feedback/new.txt",
+            "mkdir /feedback/newdir",
+            "append /feedback/train.json",
+            "truncate /feedback/train.json",
+            "write /feedback/train.json",
+            "rename /feedback/train.json",
+            "remove /feedback/train.json",
+            "hard link /feedback/train.json -> /scratch/hl",
+            "rename /feedback/train.json -> /scratch/hl.moved",
+            "create /target/new.txt",
+            "append /target/file.txt",
+            "truncate /target/file.txt",
+            "write /target/file.txt",
+            "rename /target/file.txt",
+            "remove /target/file.txt",
+        ],
+    );
+    assert_eq!(before.changes(&fx.snapshot()), Vec::<String>::new());
+    // What it is granted, it can read: the checks above are about writing.
+    let report = run_analyze(&fx, "read_feedback").await;
+    let out = report.outcome.as_ref().expect("reading /feedback works");
+    assert!(out.to_json().to_string().contains("train.json"), "{out:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutate_cannot_touch_operators_outside_the_surface() {
     let fx = Fixture::new();

@@ -355,7 +355,7 @@ fn gate_and_record_scripts_load_from_the_committed_child() {
 }
 
 const ROLLOUT_V1: &str = "fn rollout(ctx, parent) {\n  let version = 1;\n  #{summary: #{version: version, parent: parent.generation_id}}\n}\n";
-const ANALYZE_V1: &str = "fn analyze(ctx, rollout) {\n  let version = 1;\n  let r = model_chat(`rollout v${rollout.summary.version}`);\n  #{summary: #{version: version, said: r.content}}\n}\n";
+const ANALYZE_V1: &str = "fn analyze(ctx, rollout) {\n  let version = 1;\n  let r = model_chat(`rollout v${rollout.summary.version}`);\n  #{summary: #{version: version, said: r.content, bundle: feedback_exists(\"rollout.json\")}}\n}\n";
 /// Climbs, and bumps the version line of the rollout, analyze and mutate scripts
 /// (itself included) in the child it makes.
 const MUTATE_V1: &str = "fn mutate(ctx, obs) {\n  let version = 1;\n  for path in [\"rollout/r.rhai\", \"analyze/a.rhai\", \"mutate/m.rhai\"] {\n    let text = operators_read(path);\n    text.replace(`let version = ${version};`, `let version = ${version + 1};`);\n    operators_write(path, text);\n  }\n  target_write(\"value.txt\", fmt(to_float(ctx.generation + 1) / 10.0) + \"\\n\");\n  #{notes: `mutate v${version} saw rollout v${obs.rollout.summary.version}, analysis v${obs.analysis.summary.version}: ${obs.analysis.summary.said}`}\n}\n";
@@ -416,7 +416,8 @@ fn rollout_analyze_and_mutate_scripts_edited_by_mutate_are_used_by_its_descendan
     // The host metered the analyze script's model call.
     assert_eq!(
         result_json(&e, "1", "analyze")["ok"]["summary"],
-        json!({"version": 1, "said": "model says hi"})
+        json!({"version": 1, "said": "model says hi", "bundle": true}),
+        "the analyze script reads its /feedback bundle"
     );
     let store = evolve_snapshot::Store::open(&e.ws).unwrap();
     let gen1 = store.tag_target("gen/1").unwrap().unwrap();

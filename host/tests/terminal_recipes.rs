@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 /// The tasks the experiments run: quick ones, of different kinds.
-const TASKS: [&str; 8] = [
+pub(super) const TASKS: [&str; 8] = [
     "csv-to-json",
     "files-release-symlink",
     "files-tar-archive",
@@ -31,11 +31,11 @@ const TASKS: [&str; 8] = [
     "text-dedupe-keep-order",
     "text-extract-emails",
 ];
-const MARKER: &str = "TERMINAL-MARKER-";
+pub(super) const MARKER: &str = "TERMINAL-MARKER-";
 const SUBMIT: &str = "Done.\n\n```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```\n";
 
 /// A task's canary: its name reversed (so redacting the name cannot hide it).
-fn canary(task: &str) -> String {
+pub(super) fn canary(task: &str) -> String {
     format!("instr-{}-5c1a", task.chars().rev().collect::<String>())
 }
 
@@ -49,18 +49,18 @@ fn seed_file(path: &str) -> String {
     String::from_utf8(file.bytes.to_vec()).unwrap()
 }
 
-type Handler = Box<dyn Fn(&Value, usize) -> String + Send + Sync>;
+pub(super) type Handler = Box<dyn Fn(&Value, usize) -> String + Send + Sync>;
 
 /// A chat server whose answer is `handler(request body, n)`, `n` counting its chat
 /// requests from 1; every body is kept. Answers the endpoint probe (a GET) with an
 /// empty model list.
-struct Chat {
-    url: String,
+pub(super) struct Chat {
+    pub(super) url: String,
     seen: Arc<Mutex<Vec<Value>>>,
 }
 
 impl Chat {
-    fn start(handler: Handler) -> Chat {
+    pub(super) fn start(handler: Handler) -> Chat {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/v1", listener.local_addr().unwrap());
         let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
@@ -75,7 +75,7 @@ impl Chat {
         Chat { url, seen }
     }
 
-    fn seen(&self) -> Vec<Value> {
+    pub(super) fn seen(&self) -> Vec<Value> {
         self.seen.lock().unwrap().clone()
     }
 }
@@ -111,7 +111,7 @@ fn serve(mut stream: std::net::TcpStream, handler: &Handler, log: &Mutex<Vec<Val
     );
 }
 
-fn messages(request: &Value) -> Vec<(String, String)> {
+pub(super) fn messages(request: &Value) -> Vec<(String, String)> {
     request["messages"]
         .as_array()
         .into_iter()
@@ -127,7 +127,7 @@ fn messages(request: &Value) -> Vec<(String, String)> {
 
 /// The agent's model: solve a task when it is in `solved` or a marker reached the
 /// conversation, else submit at once; submit after the first command.
-fn agent_model(tasks: PathBuf, solved: Arc<Mutex<BTreeSet<String>>>) -> Handler {
+pub(super) fn agent_model(tasks: PathBuf, solved: Arc<Mutex<BTreeSet<String>>>) -> Handler {
     Box::new(move |request: &Value, _: usize| {
         let messages = messages(request);
         if messages.iter().any(|(role, _)| role == "assistant") {
@@ -147,7 +147,7 @@ fn agent_model(tasks: PathBuf, solved: Arc<Mutex<BTreeSet<String>>>) -> Handler 
 
 /// The operators' model, in the answer format of the recipe's mutate operator; the
 /// `n`-th call writes marker `n` into a prompt file.
-fn mutator(recipe: &'static str) -> Handler {
+pub(super) fn mutator(recipe: &'static str) -> Handler {
     Box::new(move |request: &Value, n: usize| {
         let messages = messages(request);
         let marker =
@@ -204,7 +204,7 @@ fn mutator(recipe: &'static str) -> Handler {
 
 /// The shipped recipe, narrowed for a test: two generations, the eight tasks under
 /// `tasks/`, both models the scripted servers, small train batches.
-fn recipe(name: &str, operators: &str, agent: &str) -> String {
+pub(super) fn recipe(name: &str, operators: &str, agent: &str) -> String {
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../recipes/terminal/{name}.yaml"));
     let text = std::fs::read_to_string(&path).unwrap();
@@ -277,45 +277,11 @@ fn two_generations(name: &'static str) {
     let started = std::time::Instant::now();
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
-    let seed = evolve::builtin::seed("terminal").unwrap();
-    seed.write_tasks(&root.join("all")).unwrap();
-    for task in TASKS {
-        copy_tree(&root.join("all").join(task), &root.join("tasks").join(task));
-        let instruction = root.join("tasks").join(task).join("instruction.md");
-        let text = std::fs::read_to_string(&instruction).unwrap();
-        std::fs::write(
-            &instruction,
-            format!("{}\n\nNote: {}\n", text.trim_end(), canary(task)),
-        )
-        .unwrap();
-    }
-    let solved: Arc<Mutex<BTreeSet<String>>> = Arc::default();
-    let agent = Chat::start(agent_model(root.join("tasks"), solved.clone()));
     let operators = Chat::start(mutator(name));
-    std::fs::write(
-        root.join("recipe.yaml"),
-        recipe(name, &operators.url, &agent.url),
-    )
-    .unwrap();
-    let run = |args: &[&str]| {
-        evolve(args)
-            .cwd(root)
-            .keys(root.join("keys"))
-            .env_remove("EVOLVE_MODEL_ENDPOINT")
-            .env_remove("EVOLVE_MODEL")
-    };
-    run(&["init", "ws", "--recipe", "recipe.yaml"]).ok();
-
-    // One solved task per split: the genesis scores 0.5 on the two gate tasks.
-    let split = evolve::workspace::Workspace::open(&root.join("ws"))
-        .unwrap()
-        .task_set
-        .split
-        .clone();
-    for part in [&split.train, &split.gate, &split.sealed] {
-        solved.lock().unwrap().insert(part[0].clone());
-    }
-    let summary = run(&["run", "ws", "--json"]).ok().json();
+    let (agent, split) = init_terminal(root, &operators.url, |operators, agent| {
+        recipe(name, operators, agent)
+    });
+    let summary = terminal_run(root, &["run", "ws", "--json"]).ok().json();
     assert_eq!(summary["status"], "complete", "{name}: {summary:#}");
     assert_eq!(summary["genesis_score"], 0.5, "{name}: {summary:#}");
 
@@ -362,11 +328,56 @@ fn two_generations(name: &'static str) {
             "{name}: no train trial reached the operators' model"
         );
     }
-    run(&["verify", "ws"]).ok();
+    terminal_run(root, &["verify", "ws"]).ok();
     eprintln!(
         "{name}: two generations in {:.1} s",
         started.elapsed().as_secs_f64()
     );
+}
+
+/// `evolve ARGS` in `root`, with the test's keys and no model from the environment.
+pub(super) fn terminal_run(root: &Path, args: &[&str]) -> super::cmd::Evolve {
+    evolve(args)
+        .cwd(root)
+        .keys(root.join("keys"))
+        .env_remove("EVOLVE_MODEL_ENDPOINT")
+        .env_remove("EVOLVE_MODEL")
+}
+
+/// The eight tasks (each instruction with its canary) under `root/tasks`, the agent's
+/// scripted model, and workspace `root/ws` initialized from the recipe `recipe(operators'
+/// url, agent's url)` gives; then one solved task per split, so the genesis scores 0.5 on
+/// the two gate tasks. Returns the agent's server and the frozen split.
+pub(super) fn init_terminal(
+    root: &Path,
+    operators: &str,
+    recipe: impl FnOnce(&str, &str) -> String,
+) -> (Chat, evaluator_harbor::split::Split) {
+    let seed = evolve::builtin::seed("terminal").unwrap();
+    seed.write_tasks(&root.join("all")).unwrap();
+    for task in TASKS {
+        copy_tree(&root.join("all").join(task), &root.join("tasks").join(task));
+        let instruction = root.join("tasks").join(task).join("instruction.md");
+        let text = std::fs::read_to_string(&instruction).unwrap();
+        std::fs::write(
+            &instruction,
+            format!("{}\n\nNote: {}\n", text.trim_end(), canary(task)),
+        )
+        .unwrap();
+    }
+    let solved: Arc<Mutex<BTreeSet<String>>> = Arc::default();
+    let agent = Chat::start(agent_model(root.join("tasks"), solved.clone()));
+    std::fs::write(root.join("recipe.yaml"), recipe(operators, &agent.url)).unwrap();
+    terminal_run(root, &["init", "ws", "--recipe", "recipe.yaml"]).ok();
+    let split = evolve::workspace::Workspace::open(&root.join("ws"))
+        .unwrap()
+        .task_set
+        .split
+        .clone();
+    for part in [&split.train, &split.gate, &split.sealed] {
+        solved.lock().unwrap().insert(part[0].clone());
+    }
+    (agent, split)
 }
 
 fn doc_has_train_rollout(name: &str) -> bool {

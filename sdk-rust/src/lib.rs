@@ -42,6 +42,7 @@ pub mod feedback;
 mod helpers;
 pub mod rrsi;
 pub mod sampling;
+pub mod trajectories;
 mod generated {
     // The contract's shared types and host capabilities, generated once here so that
     // every stage world (generated in the operator's crate) uses the same Rust types.

@@ -186,13 +186,17 @@ impl Driver {
             })
             .await?;
         let analysis = if self.stages.enabled(Stage::Analyze) {
-            let call = |at| self.stages.analyze(at, &rollout);
+            // Analyze reads rollout's train trajectories in a train-only bundle of its own.
+            let bundle = (ANALYZE_FEEDBACK, parent, &rollout, None);
+            let feedback = self.feedback_bundle(&a.run_dir, bundle)?;
+            let call = |at| self.stages.analyze(at, &rollout, &feedback);
             Some(self.on_fork(a, Stage::Analyze, call).await?)
         } else {
             None
         };
         // Mutate edits the fork, with a train-only feedback bundle.
-        let feedback = self.feedback_bundle(&a.run_dir, parent, &rollout, analysis.as_ref())?;
+        let bundle = (MUTATE_FEEDBACK, parent, &rollout, analysis.as_ref());
+        let feedback = self.feedback_bundle(&a.run_dir, bundle)?;
         let observation = self.observation(state, &rollout, analysis);
         let proposal = self
             .on_fork(a, Stage::Mutate, |at| {
@@ -564,19 +568,15 @@ impl Driver {
         )
     }
 
-    /// Assemble mutate's read-only feedback bundle: the parent as operators see it,
-    /// this generation's rollout and analysis evidence (their artifacts copied without
-    /// following links) and the trajectories of the train trials rollout ran
-    /// (`trajectories/`, see [`copy_trajectories`]). Train evidence only: nothing here
-    /// names a gate or sealed task, nor holds a gate or sealed trial's trajectory.
-    fn feedback_bundle(
-        &self,
-        run_dir: &Path,
-        parent: &wit::ArchiveRow,
-        rollout: &wit::Evidence,
-        analysis: Option<&wit::Evidence>,
-    ) -> Result<PathBuf> {
-        let dir = run_dir.join("feedback");
+    /// Assemble a read-only feedback bundle, `run_dir/<name>` (analyze's, without an
+    /// analysis, or mutate's): the parent as operators see it, this generation's rollout
+    /// and analysis evidence (their artifacts copied without following links) and the
+    /// trajectories of the train trials rollout ran (`trajectories/`, see
+    /// [`copy_trajectories`]). Train evidence only: nothing here names a gate or sealed
+    /// task, nor holds a gate or sealed trial's trajectory.
+    fn feedback_bundle(&self, run_dir: &Path, bundle: Bundle<'_>) -> Result<PathBuf> {
+        let (name, parent, rollout, analysis) = bundle;
+        let dir = run_dir.join(name);
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)
             .map_err(|e| RunError::new(format!("cannot create {}: {e}", dir.display())))?;
@@ -641,6 +641,20 @@ impl Driver {
             .collect()
     }
 }
+
+/// The directory of analyze's feedback bundle in a generation's run directory.
+const ANALYZE_FEEDBACK: &str = "analyze-feedback";
+/// The directory of mutate's feedback bundle in a generation's run directory.
+const MUTATE_FEEDBACK: &str = "feedback";
+
+/// What a feedback bundle is made of: its directory's name, the parent, the rollout
+/// evidence and (mutate's only) the analysis.
+type Bundle<'a> = (
+    &'static str,
+    &'a wit::ArchiveRow,
+    &'a wit::Evidence,
+    Option<&'a wit::Evidence>,
+);
 
 /// Copy the trajectories the `tasks` capability kept for the stage call in `stage_dir`
 /// (its host-only copy, `train/trajectories/`: bounded, filtered, train trials only) into

@@ -29,7 +29,7 @@ pub struct GrantRequest<'a> {
     pub operators_in_surface: bool,
     /// A fresh, empty directory for this call only.
     pub scratch: &'a Path,
-    /// Mutate's feedback bundle, when one was assembled.
+    /// Analyze's or mutate's feedback bundle, when one was assembled.
     pub feedback: Option<&'a Path>,
 }
 
@@ -50,7 +50,7 @@ impl GrantRequest<'_> {
 impl Grants {
     /// The contract's grants for `stage`: its world's row of [`WORLDS`](super::worlds::WORLDS)
     /// (`/target` and `/operators` read-write for mutate only, none for the driver,
-    /// `/scratch` read-write, `/feedback` for mutate only), of which `/operators` only
+    /// `/scratch` read-write, `/feedback` for analyze and mutate only), of which `/operators` only
     /// when the surface includes it and `/feedback` only when one was assembled.
     /// Nothing else.
     pub fn for_stage(stage: Stage, req: &GrantRequest<'_>) -> Grants {
@@ -164,7 +164,7 @@ mod tests {
     }
 
     #[test]
-    fn only_mutate_writes_and_sees_feedback() {
+    fn only_mutate_writes_the_candidate() {
         let fb = Path::new("/w/fb");
         let m = Grants::for_stage(Stage::Mutate, &req(true, Some(fb))).describe();
         assert_eq!(
@@ -184,6 +184,23 @@ mod tests {
                 ("/scratch".into(), "/w/s".into(), true),
             ]
         );
+    }
+
+    #[test]
+    fn analyze_reads_its_feedback_and_writes_only_scratch() {
+        let fb = Path::new("/w/afb");
+        let a = Grants::for_stage(Stage::Analyze, &req(false, Some(fb))).describe();
+        assert_eq!(
+            a,
+            vec![
+                ("/target".into(), "/w/c/target".into(), false),
+                ("/scratch".into(), "/w/s".into(), true),
+                ("/feedback".into(), "/w/afb".into(), false),
+            ]
+        );
+        // No bundle assembled (a bare or sample call): no `/feedback` at all.
+        let bare = Grants::for_stage(Stage::Analyze, &req(false, None)).describe();
+        assert!(bare.iter().all(|(guest, _, _)| guest != "/feedback"));
     }
 
     #[test]

@@ -52,7 +52,7 @@ pub enum Dir {
     Operators,
     /// A fresh, empty directory for this call only.
     Scratch,
-    /// The train feedback bundle, when one was assembled.
+    /// The train feedback bundle (analyze's or mutate's), when one was assembled.
     Feedback,
 }
 
@@ -101,7 +101,7 @@ const fn write(dir: Dir) -> DirGrant {
     }
 }
 
-/// What every stage but mutate and the driver is granted: the candidate to read, and
+/// What every stage but analyze, mutate and the driver is granted: the candidate to read, and
 /// its own scratch.
 const READ_CANDIDATE: &[DirGrant] = &[read(Dir::Target), read(Dir::Operators), write(Dir::Scratch)];
 
@@ -125,8 +125,20 @@ use Capability::{Model, Tasks};
 pub const WORLDS: [World; 10] = [
     world(Stage::Select, "select-operator", &[], READ_CANDIDATE),
     world(Stage::Rollout, "rollout-operator", &[Tasks], READ_CANDIDATE),
-    world(Stage::Analyze, "analyze-operator", &[Model], READ_CANDIDATE),
-    // The only world that edits the candidate, and the only one that hears feedback.
+    // Analyze reads this generation's train trajectories (and rollout evidence) in a
+    // feedback bundle of its own; it edits nothing.
+    world(
+        Stage::Analyze,
+        "analyze-operator",
+        &[Model],
+        &[
+            read(Dir::Target),
+            read(Dir::Operators),
+            write(Dir::Scratch),
+            read(Dir::Feedback),
+        ],
+    ),
+    // The only world that edits the candidate.
     world(
         Stage::Mutate,
         "mutate-operator",

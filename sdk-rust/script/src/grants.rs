@@ -2,7 +2,8 @@
 //! functions the per-stage crate hands in. A select, novelty, gate or record script
 //! gets none of these; validate gets `/target` reads, the `tasks` capability and
 //! `/scratch` for its artifacts; rollout gets `tasks` and `/scratch`; analyze and
-//! reflect the `model` (and analyze `/scratch`); mutate gets `model`, `tasks`,
+//! reflect the `model` (and analyze `/scratch` and its read-only `/feedback` bundle);
+//! mutate gets `model`, `tasks`,
 //! read-write `/target` and `/operators` (when granted), the read-only `/feedback`
 //! bundle and `/scratch`. Paths are checked here as well as by the sandbox's preopens,
 //! so a script learns *why* a path is refused.
@@ -67,7 +68,8 @@ pub struct Grants {
     /// The same functions, named `operators_…`, for `/operators` (mutate, when the
     /// surface includes `operators/**`).
     pub operators: Option<Tree>,
-    /// `feedback_read`, `feedback_exists`, `feedback_list` (mutate's read-only bundle).
+    /// `feedback_read`, `feedback_exists`, `feedback_list` (analyze's or mutate's
+    /// read-only bundle).
     pub feedback: Option<Tree>,
     /// `scratch_write(name, text)` below this directory (`/scratch`).
     pub scratch: Option<PathBuf>,

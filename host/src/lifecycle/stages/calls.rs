@@ -78,16 +78,28 @@ impl Stages {
         }
     }
 
-    /// Analyze: evidence drawn from rollout's.
-    pub async fn analyze(&self, at: At<'_>, rollout: &Evidence) -> Result<Evidence, StageFailure> {
-        let record =
-            json!({"rollout": {"summary": rollout.summary, "artifacts": rollout.artifacts}});
+    /// Analyze: evidence drawn from rollout's, granted the train feedback bundle at
+    /// `feedback` (rollout's evidence and train trajectories) read-only.
+    pub async fn analyze(
+        &self,
+        at: At<'_>,
+        rollout: &Evidence,
+        feedback: &Path,
+    ) -> Result<Evidence, StageFailure> {
+        let record = json!({
+            "rollout": {"summary": rollout.summary, "artifacts": rollout.artifacts},
+            // The bundle's directory in the run directory (`analyze-feedback/`).
+            "feedback": format!("{}/", feedback.file_name().unwrap_or_default().to_string_lossy()),
+        });
         let ctx = self.context(Stage::Analyze, at.genid, at.parent);
         let input = StageInput::Analyze {
             ctx,
             rollout: rollout.clone(),
         };
-        match self.call(Stage::Analyze, at, None, input, record).await? {
+        match self
+            .call(Stage::Analyze, at, Some(feedback), input, record)
+            .await?
+        {
             StageOutput::Evidence(e) => Ok(e),
             _ => Err(another_stages_kind(Stage::Analyze)),
         }
