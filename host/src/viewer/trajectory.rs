@@ -112,7 +112,14 @@ pub fn trial(ws: &Workspace, row: &Row, ev: &Evaluation, task: &str, stamped: &V
         return out;
     };
     out["attempt"] = json!(attempt);
-    match summary::load(&dir, READ_CAP) {
+    add_trajectory(&mut out, &dir);
+    out
+}
+
+/// The `trajectory.json` in `dir`, read without following a link and bounded, into `out`
+/// (`available`, `counts`, `cut`, `trajectory`), or why it could not be (`why`).
+fn add_trajectory(out: &mut Value, dir: &Path) {
+    match summary::load(dir, READ_CAP) {
         Ok(t) => {
             let bounded = summary::bound(&t, &VIEW_BOUNDS, &|s: &str| s.to_string());
             out["available"] = json!(true);
@@ -122,7 +129,6 @@ pub fn trial(ws: &Workspace, row: &Row, ev: &Evaluation, task: &str, stamped: &V
         }
         Err(why) => out["why"] = json!(why.to_string()),
     }
-    out
 }
 
 /// The file a stage's operator leaves its own trajectory in, in its `/scratch` (e.g. the
@@ -151,15 +157,6 @@ pub fn stage(genid: &str, stage: &str, dir: Option<&Path>) -> Value {
         );
         return out;
     };
-    match summary::load(&dir, READ_CAP) {
-        Ok(t) => {
-            let bounded = summary::bound(&t, &VIEW_BOUNDS, &|s: &str| s.to_string());
-            out["available"] = json!(true);
-            out["counts"] = json!(summary::counts(&t));
-            out["cut"] = json!(bounded.cut);
-            out["trajectory"] = serde_json::to_value(&bounded.trajectory).unwrap_or(Value::Null);
-        }
-        Err(why) => out["why"] = json!(why.to_string()),
-    }
+    add_trajectory(&mut out, &dir);
     out
 }
